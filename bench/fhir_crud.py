@@ -1,0 +1,149 @@
+"""FHIR CRUD throughput and latency, measured the way a client sees it.
+
+Starts the server as ``make run`` does (one process, embedded SQLite store in a fresh
+data directory), then drives it from a separate process over loopback with ``wrk`` at
+32 concurrent connections: Patient create, read and update, plus a trivial route
+(``/healthz``) as the ceiling of the HTTP stack on this machine. Prints one JSON line.
+
+Usage: ``python bench/fhir_crud.py [--seconds 10] [--connections 32]``
+Needs ``wrk`` (Debian package ``wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+PATIENT = {
+    "resourceType": "Patient",
+    "identifier": [{"system": "urn:oid:2.16.404.1.1", "value": "KE-29384756"}],
+    "name": [{"use": "official", "family": "Odhiambo", "given": ["Amina", "Wanjiru"]}],
+    "gender": "female", "birthDate": "1988-04-12",
+    "telecom": [{"system": "phone", "value": "+254712345678", "use": "mobile"}],
+    "address": [{"city": "Nairobi", "country": "KE"}],
+}
+
+REPORT = """
+done = function(summary, latency, requests)
+  io.write(string.format('{"requests": %d, "duration_us": %d, "errors": %d, '
+    .. '"non2xx": %d, "p50_us": %d, "p99_us": %d}\\n',
+    summary.requests, summary.duration,
+    summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.timeout, summary.errors.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def lua_string(text: str) -> str:
+    return "[==[" + text + "]==]"
+
+
+def script(kind: str, token: str, ids: list[str]) -> str:
+    headers = (f'wrk.headers["Authorization"] = "Bearer {token}"\n'
+               'wrk.headers["Content-Type"] = "application/fhir+json"\n')
+    ids_lua = "ids = {" + ",".join(f'"{i}"' for i in ids) + "}\n"
+    if kind == "create":
+        body = json.dumps(PATIENT)
+        return headers + f'wrk.method = "POST"\nwrk.body = {lua_string(body)}\n' \
+            'wrk.path = "/fhir/Patient"\n' + REPORT
+    if kind == "read":
+        return headers + ids_lua + (
+            "request = function()\n"
+            '  return wrk.format("GET", "/fhir/Patient/" .. ids[math.random(#ids)])\nend\n'
+        ) + REPORT
+    if kind == "update":
+        before, after = json.dumps(PATIENT)[:-1], "}"
+        return headers + ids_lua + (
+            "request = function()\n  local id = ids[math.random(#ids)]\n"
+            f"  local body = {lua_string(before)} .. ',\"id\": \"' .. id .. '\"' .. "
+            f"{lua_string(after)}\n"
+            '  return wrk.format("PUT", "/fhir/Patient/" .. id, nil, body)\nend\n'
+        ) + REPORT
+    return REPORT  # trivial
+
+
+def run_wrk(base: str, path: str, lua: str, seconds: int, connections: int) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(lua)
+    try:
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
+             "-s", f.name, base + path],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    finally:
+        os.unlink(f.name)
+    result = json.loads(out.strip().splitlines()[-1])
+    seconds_taken = result["duration_us"] / 1e6
+    return {
+        "per_s": round(result["requests"] / seconds_taken, 1),
+        "p50_ms": round(result["p50_us"] / 1000, 2),
+        "p99_ms": round(result["p99_us"] / 1000, 2),
+        "errors": result["errors"] + result["non2xx"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+    port = free_port()
+    data_dir = tempfile.mkdtemp(prefix="bench-crud-")
+    env = {**os.environ, "HEALTHPLATFORM_DATA_DIR": data_dir,
+           "HEALTHPLATFORM_HTTP_PORT": str(port)}
+    exe = Path(sys.executable).parent / "healthplatform"
+    server = subprocess.Popen([str(exe), "serve"], env=env, cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=10) as client:
+            for _ in range(100):
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            creds = {"email": "bench@example.org", "password": "correct horse battery",
+                     "first_name": "Bench", "last_name": "Runner"}
+            client.post("/api/auth/register", json=creds).raise_for_status()
+            token = client.post("/api/auth/login", json=creds).json()["data"]["token"]
+            headers = {"Authorization": f"Bearer {token}",
+                       "Content-Type": "application/fhir+json"}
+            ids = [client.post("/fhir/Patient", json=PATIENT, headers=headers).json()["id"]
+                   for _ in range(500)]
+        results = {"connections": args.connections, "seconds_each": args.seconds}
+        run_wrk(base, "/healthz", script("trivial", token, ids), 2, args.connections)  # warm up
+        for kind, path in (("trivial", "/healthz"), ("create", "/fhir/Patient"),
+                           ("read", "/fhir/Patient"), ("update", "/fhir/Patient")):
+            results[kind] = run_wrk(base, path, script(kind, token, ids), args.seconds,
+                                    args.connections)
+        print(json.dumps({"bench": "fhir_crud", **results}))
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""CDS Hooks: discovery, invocation, prefetch, feedback and the CDS services."""

@@ -1,0 +1,1 @@
+"""FHIR R4 server: REST interactions, validation, versioning, search and the store."""

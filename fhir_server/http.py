@@ -1,0 +1,155 @@
+"""HTTP plumbing shared by the FHIR interactions: content types, headers, responses.
+
+FHIR endpoints speak FHIR: bodies are ``application/fhir+json`` and every refusal is an
+OperationOutcome (never the /api envelope).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fhir_server.outcome import FhirError, Issue, information, operation_outcome
+from fhir_server.store import (
+    ResourceExists,
+    ResourceGone,
+    ResourceNotFound,
+    StoredResource,
+    StoreError,
+    VersionConflict,
+)
+
+FHIR_JSON = "application/fhir+json"
+_JSON_TYPES = ("application/fhir+json", "application/json", "application/json+fhir")
+_FORMAT_JSON = {"json", "application/json", "application/fhir+json", "application/json+fhir"}
+_ETAG = re.compile(r'^(?:W/)?"(\d+)"$')
+
+
+class FhirResponse(Response):
+    media_type = FHIR_JSON
+
+    def render(self, content: Any) -> bytes:
+        if isinstance(content, bytes):
+            return content
+        return orjson.dumps(content)
+
+
+def check_format(request: Request) -> None:
+    """``_format`` and ``Accept``: only JSON is served (XML → 406)."""
+    fmt = request.query_params.get("_format")
+    if fmt is not None and fmt not in _FORMAT_JSON:
+        raise FhirError.of(406, "not-supported", f"_format={fmt!r} is not supported; use json")
+    accept = request.headers.get("accept")
+    if accept and "xml" in accept and "json" not in accept and "*/*" not in accept:
+        raise FhirError.of(406, "not-supported", "Only application/fhir+json is served")
+
+
+async def read_json_body(request: Request) -> Any:
+    content_type = request.headers.get("content-type", FHIR_JSON).split(";")[0].strip().lower()
+    if content_type and content_type not in _JSON_TYPES and content_type != "application/json-patch+json":
+        raise FhirError.of(415, "not-supported",
+                           f"Content-Type {content_type!r} is not supported; use {FHIR_JSON}")
+    raw = await request.body()
+    if not raw:
+        raise FhirError.of(400, "required", "The request body is empty")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FhirError.of(400, "structure", f"The body is not valid JSON: {exc}") from None
+
+
+def parse_etag(value: str | None, header: str = "If-Match") -> int | None:
+    if value is None:
+        return None
+    match = _ETAG.match(value.strip())
+    if not match:
+        raise FhirError.of(400, "value", f'{header} must look like W/"<version>", got {value!r}')
+    return int(match.group(1))
+
+
+def http_date(instant: str) -> str:
+    return format_datetime(parse_instant(instant), usegmt=True)
+
+
+def parse_instant(instant: str) -> datetime:
+    return datetime.fromisoformat(instant.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def not_modified(request: Request, stored: StoredResource) -> bool:
+    """Conditional read: If-None-Match (ETag) and If-Modified-Since."""
+    inm = request.headers.get("if-none-match")
+    if inm is not None:
+        tags = {t.strip().removeprefix("W/") for t in inm.split(",")}
+        return f'"{stored.version}"' in tags or "*" in tags
+    ims = request.headers.get("if-modified-since")
+    if ims is not None:
+        try:
+            since = parsedate_to_datetime(ims)
+        except (TypeError, ValueError):
+            return False
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        return parse_instant(stored.last_updated).replace(microsecond=0) <= since
+    return False
+
+
+def version_headers(stored: StoredResource) -> dict[str, str]:
+    return {"ETag": stored.etag, "Last-Modified": http_date(stored.last_updated)}
+
+
+def resource_response(stored: StoredResource, status: int = 200, *, prefer: str | None = None,
+                      location: str | None = None) -> FhirResponse:
+    headers = version_headers(stored)
+    if location:
+        headers["Location"] = location
+    if prefer == "minimal":
+        return FhirResponse(b"", status_code=status, headers=headers)
+    if prefer == "OperationOutcome":
+        return FhirResponse(
+            information(f"{stored.resource_type}/{stored.id} version {stored.version} stored"),
+            status_code=status, headers=headers,
+        )
+    return FhirResponse(stored.body, status_code=status, headers=headers)
+
+
+def prefer_return(request: Request) -> str | None:
+    prefer = request.headers.get("prefer")
+    if not prefer:
+        return None
+    for part in prefer.split(";"):
+        for item in part.split(","):
+            key, _, value = item.strip().partition("=")
+            if key.strip() == "return":
+                value = value.strip().strip('"')
+                if value in ("minimal", "representation", "OperationOutcome"):
+                    return value
+    return None
+
+
+def error_response(error: FhirError) -> FhirResponse:
+    return FhirResponse(error.outcome(), status_code=error.status, headers=error.headers)
+
+
+def store_error_to_fhir(exc: StoreError) -> FhirError:
+    if isinstance(exc, ResourceGone):
+        return FhirError(410, Issue("error", "deleted", str(exc)),
+                         headers={"ETag": f'W/"{exc.version}"'})
+    if isinstance(exc, ResourceNotFound):
+        return FhirError.of(404, "not-found", str(exc))
+    if isinstance(exc, VersionConflict):
+        return FhirError.of(412, "conflict", f"Version conflict: {exc}")
+    if isinstance(exc, ResourceExists):
+        return FhirError.of(409, "duplicate", str(exc))
+    return FhirError.of(500, "exception", "The store refused the operation")
+
+
+def outcome_response(status: int, diagnostics: str, code: str = "informational",
+                     severity: str = "information") -> FhirResponse:
+    return FhirResponse(operation_outcome([Issue(severity, code, diagnostics)]),
+                        status_code=status)

@@ -1,0 +1,29 @@
+"""patch: ``PATCH [base]/[type]/[id]`` with a JSON Patch (``application/json-patch+json``)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fhir_server.http import (
+    check_format,
+    parse_etag,
+    prefer_return,
+    read_json_body,
+    resource_response,
+)
+from fhir_server.interactions.context import FhirContext
+from fhir_server.outcome import FhirError
+
+
+async def patch(ctx: FhirContext, request: Request, resource_type: str, resource_id: str
+                ) -> Response:
+    check_format(request)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != "application/json-patch+json":
+        raise FhirError.of(415, "not-supported",
+                           "PATCH takes a JSON Patch with Content-Type application/json-patch+json")
+    if_match = parse_etag(request.headers.get("if-match"))
+    operations = await read_json_body(request)
+    stored = await ctx.service.patch(resource_type, resource_id, operations, if_match=if_match)
+    return resource_response(stored, prefer=prefer_return(request))

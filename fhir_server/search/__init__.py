@@ -1,0 +1,1 @@
+"""FHIR search: parameter registry, index extraction, plans and their execution."""

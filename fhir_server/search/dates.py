@@ -1,0 +1,62 @@
+"""FHIR date/dateTime/instant values as ranges (search precision semantics, R4 3.1.1.4.2).
+
+A value stands for the whole interval its precision implies: ``2026`` is all of 2026,
+``2026-11-22`` the whole day. Ranges are half-open ``[lo, hi)`` as UTC instants rendered
+in the store's sortable text form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+_DATE = re.compile(
+    r"^(?P<y>\d{4})(?:-(?P<m>\d{2})(?:-(?P<d>\d{2})"
+    r"(?:T(?P<H>\d{2}):(?P<M>\d{2})(?::(?P<S>\d{2})(?:\.(?P<f>\d+))?)?"
+    r"(?P<tz>Z|[+-]\d{2}:\d{2})?)?)?)?$"
+)
+PREFIXES = ("eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap")
+
+
+def fmt(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def date_range(value: str) -> tuple[str, str]:
+    """The half-open UTC range ``[lo, hi)`` that a FHIR date/dateTime/instant covers."""
+    match = _DATE.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a FHIR date, dateTime or instant")
+    g = match.groupdict()
+    tz = UTC
+    if g["tz"] and g["tz"] != "Z":
+        sign = 1 if g["tz"][0] == "+" else -1
+        hours, minutes = int(g["tz"][1:3]), int(g["tz"][4:6])
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    year = int(g["y"])
+    if g["m"] is None:
+        lo = datetime(year, 1, 1, tzinfo=tz)
+        return fmt(lo), fmt(datetime(year + 1, 1, 1, tzinfo=tz))
+    month = int(g["m"])
+    if g["d"] is None:
+        lo = datetime(year, month, 1, tzinfo=tz)
+        hi = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=tz)
+        return fmt(lo), fmt(hi)
+    day = datetime(year, month, int(g["d"]), tzinfo=tz)
+    if g["H"] is None:
+        return fmt(day), fmt(day + timedelta(days=1))
+    lo = day.replace(hour=int(g["H"]), minute=int(g["M"]))
+    if g["S"] is None:
+        return fmt(lo), fmt(lo + timedelta(minutes=1))
+    lo = lo.replace(second=int(g["S"]))
+    if g["f"] is None:
+        return fmt(lo), fmt(lo + timedelta(seconds=1))
+    digits = g["f"][:6]
+    lo = lo.replace(microsecond=int(digits.ljust(6, "0")))
+    return fmt(lo), fmt(lo + timedelta(microseconds=10 ** (6 - len(digits))))
+
+
+def split_prefix(value: str) -> tuple[str, str]:
+    if len(value) > 2 and value[:2] in PREFIXES and not value[:2].isdigit():
+        return value[:2], value[2:]
+    return "eq", value

@@ -1,0 +1,44 @@
+"""The system of record: the store port and its adapters, chosen by a URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fhir_server.store.port import (
+    DuplicateDocument,
+    HistoryPage,
+    IndexRows,
+    ResourceExists,
+    ResourceGone,
+    ResourceNotFound,
+    ResourceStore,
+    StoredResource,
+    StoreError,
+    UnitOfWork,
+    VersionConflict,
+)
+from fhir_server.store.sqlite import SQLiteStore
+
+
+def store_from_url(url: str, **kwargs: Any) -> ResourceStore:
+    """``sqlite:///path`` → the embedded adapter (the only one so far)."""
+    if url.startswith("sqlite:///"):
+        return SQLiteStore.from_url(url, **kwargs)
+    raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path")
+
+
+__all__ = [
+    "DuplicateDocument",
+    "HistoryPage",
+    "IndexRows",
+    "ResourceExists",
+    "ResourceGone",
+    "ResourceNotFound",
+    "ResourceStore",
+    "SQLiteStore",
+    "StoreError",
+    "StoredResource",
+    "UnitOfWork",
+    "VersionConflict",
+    "store_from_url",
+]

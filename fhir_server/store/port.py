@@ -1,0 +1,194 @@
+"""The store port: what every storage adapter of the system of record implements.
+
+The FHIR service and the /api facades talk to this protocol only; the SQLite adapter
+(embedded default) and the MongoDB adapter (production) sit behind it and pass the same
+contract suite in ``tests/contract/``.
+
+Writes go through a :class:`UnitOfWork`. Its operations are *staged* and applied in one
+atomic step on ``commit()``: version numbers, ``meta.lastUpdated`` and preconditions
+(``If-Match``) are checked and assigned inside that step, so two concurrent writers can
+never both win against the same version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+
+
+class StoreError(Exception):
+    """Base of the errors a store raises; each maps to one HTTP status."""
+
+
+class ResourceNotFound(StoreError):
+    def __init__(self, resource_type: str, resource_id: str, version: str | None = None):
+        self.resource_type, self.resource_id, self.version = resource_type, resource_id, version
+        where = f"{resource_type}/{resource_id}" + (f"/_history/{version}" if version else "")
+        super().__init__(f"Resource {where} is not known")
+
+
+class ResourceGone(StoreError):
+    """The resource existed and its current version is a delete tombstone."""
+
+    def __init__(self, resource_type: str, resource_id: str, version: int):
+        self.resource_type, self.resource_id, self.version = resource_type, resource_id, version
+        super().__init__(f"Resource {resource_type}/{resource_id} was deleted (version {version})")
+
+
+class VersionConflict(StoreError):
+    """An If-Match precondition named a version that is no longer current."""
+
+    def __init__(self, resource_type: str, resource_id: str, expected: int, current: int | None):
+        self.resource_type, self.resource_id = resource_type, resource_id
+        self.expected, self.current = expected, current
+        super().__init__(
+            f"{resource_type}/{resource_id}: expected version {expected}, current is {current}"
+        )
+
+
+class ResourceExists(StoreError):
+    """A create named an id that is already taken."""
+
+    def __init__(self, resource_type: str, resource_id: str):
+        self.resource_type, self.resource_id = resource_type, resource_id
+        super().__init__(f"Resource {resource_type}/{resource_id} already exists")
+
+
+class DuplicateDocument(StoreError):
+    """A document with the same id, or the same value of a unique field, already exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResource:
+    """One version of a resource as stored. ``body`` is the JSON text including ``meta``."""
+
+    resource_type: str
+    id: str
+    version: int
+    last_updated: str  # FHIR instant, UTC, e.g. 2026-11-22T10:57:16.123456+00:00
+    deleted: bool
+    body: bytes  # JSON text (empty for a delete tombstone)
+    method: str = "PUT"  # POST | PUT | PATCH | DELETE: the interaction that made this version
+    seq: int = 0  # position in the store's global write order (history paging cursor)
+
+    @property
+    def etag(self) -> str:
+        return f'W/"{self.version}"'
+
+
+@dataclass(slots=True)
+class HistoryPage:
+    entries: list[StoredResource]
+    total: int  # all versions matching the filters, regardless of the page
+
+
+@dataclass(slots=True)
+class IndexRows:
+    """Search-index values extracted from one resource version, per parameter type.
+
+    Each list holds tuples whose shape the adapter's index tables define; the FHIR
+    service computes them (see ``fhir_server.search``) and the adapter stores them in
+    the same atomic step as the resource.
+    """
+
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StagedWrite:
+    op: str  # create | update | delete
+    resource_type: str
+    id: str
+    body: JSON | None = None
+    if_match: int | None = None
+    # For "create": fail if the id exists (POST assigns fresh ids; PUT-as-create does not).
+    must_not_exist: bool = False
+    method: str = "PUT"
+    index: IndexRows | None = None
+    result: StoredResource | None = None
+
+
+class UnitOfWork(Protocol):
+    """Stage resource writes, documents and outbox events; ``commit`` applies them all."""
+
+    async def __aenter__(self) -> UnitOfWork: ...
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    def create(
+        self, resource_type: str, id: str, body: JSON, *, index: IndexRows | None = None,
+        method: str = "POST",
+    ) -> StagedWrite: ...
+
+    def update(
+        self, resource_type: str, id: str, body: JSON, *, if_match: int | None = None,
+        index: IndexRows | None = None, method: str = "PUT",
+    ) -> StagedWrite: ...
+
+    def delete(self, resource_type: str, id: str, *, if_match: int | None = None) -> StagedWrite: ...
+
+    def put_document(self, collection: str, id: str, body: JSON) -> None: ...
+    def insert_document(self, collection: str, id: str, body: JSON) -> None: ...
+    def delete_document(self, collection: str, id: str) -> None: ...
+    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
+             source_service: str = "fhir_server") -> str: ...
+
+    async def commit(self) -> None: ...
+    async def rollback(self) -> None: ...
+
+
+class ResourceStore(Protocol):
+    """The system of record: versioned FHIR resources, documents and the outbox."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    # --- resources -------------------------------------------------------------------
+    async def read(self, resource_type: str, id: str, version: int | None = None
+                   ) -> StoredResource: ...
+    async def read_current(self, resource_type: str, id: str) -> StoredResource | None:
+        """The current version, a tombstone included; ``None`` if the id was never used."""
+        ...
+
+    async def history(
+        self, resource_type: str | None, id: str | None, *, since: str | None = None,
+        at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,
+    ) -> HistoryPage:
+        """Versions newest first; ``before_seq`` continues after a page's last entry, so
+        pages stay stable while new versions are written."""
+        ...
+
+    async def list_ids(
+        self, resource_type: str, *, ids: Sequence[str] | None = None,
+        last_updated: Sequence[tuple[str, str]] = (), count: int = 50, offset: int = 0,
+    ) -> tuple[list[StoredResource], int]:
+        """Current, non-deleted resources of a type filtered by id and lastUpdated bounds.
+
+        ``last_updated`` holds (SQL comparator, instant) pairs, e.g. ``(">=", "2026-01-01")``.
+        """
+        ...
+
+    def unit_of_work(self) -> UnitOfWork: ...
+
+    def set_unique_document_fields(self, collection: str, fields: Sequence[str]) -> None:
+        """Declare fields whose values are unique in a collection (and looked up fast)."""
+        ...
+
+    def add_outbox_listener(self, callback: Any) -> None:
+        """``callback()`` runs after each commit that wrote outbox events."""
+        ...
+
+    # --- documents (platform bookkeeping, not health data) -----------------------------
+    async def get_document(self, collection: str, id: str) -> JSON | None: ...
+    async def find_documents(
+        self, collection: str, where: Mapping[str, Any] | None = None, *, limit: int = 100,
+        offset: int = 0, order_by: str | None = None, descending: bool = False,
+    ) -> list[JSON]: ...
+    async def count_documents(self, collection: str, where: Mapping[str, Any] | None = None
+                              ) -> int: ...
+
+    # --- outbox -----------------------------------------------------------------------
+    async def pending_events(self, limit: int = 100) -> list[JSON]: ...
+    async def mark_dispatched(self, event_ids: Sequence[str]) -> None: ...

@@ -1,0 +1,533 @@
+"""SQLite adapter of the store port: the embedded, zero-setup system of record.
+
+Layout (see ARCHITECTURE.md, The store):
+
+- ``resources``: one row per logical resource pointing at its current version, with an
+  integer ``rid`` that the search-index tables (``idx_*``) reference;
+- ``versions``: every version ever written (bodies as JSON text), tombstones included,
+  ordered by a global ``seq`` that history paging relies on;
+- ``documents``: platform bookkeeping (users, tokens, keys, dead letters...);
+- ``outbox``: events committed in the same transaction as the writes that caused them.
+
+Why the calls run inline on the event loop instead of in a thread pool: every statement
+here is an indexed lookup or a single-row write that completes in microseconds (WAL,
+``synchronous=NORMAL``), far less than a thread hand-off costs. Running a whole commit
+synchronously also makes it atomic with respect to other coroutines for free: nothing
+else can interleave between the precondition check and the write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fhir_server.store.port import (
+    JSON,
+    DuplicateDocument,
+    HistoryPage,
+    IndexRows,
+    ResourceExists,
+    ResourceGone,
+    ResourceNotFound,
+    StagedWrite,
+    StoredResource,
+    VersionConflict,
+)
+
+# Index tables: the columns after (rid, type, param). The FHIR search engine produces
+# rows with exactly these shapes (see fhir_server.search.extract).
+INDEX_TABLES: dict[str, tuple[str, ...]] = {
+    "string": ("value",),  # normalized: lower case, accents removed
+    "token": ("system", "code", "text"),
+    "date": ("lo", "hi"),  # inclusive range of instants as sortable text
+    "number": ("lo", "hi"),
+    "quantity": ("system", "code", "lo", "hi"),
+    "reference": ("target_type", "target_id", "url"),
+    "uri": ("value",),
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS resources (
+    rid INTEGER PRIMARY KEY,
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    last_updated TEXT NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (type, id)
+);
+CREATE INDEX IF NOT EXISTS resources_type_updated ON resources (type, last_updated);
+CREATE TABLE IF NOT EXISTS versions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    last_updated TEXT NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    method TEXT NOT NULL,
+    body BLOB NOT NULL,
+    UNIQUE (type, id, version)
+);
+CREATE INDEX IF NOT EXISTS versions_type_seq ON versions (type, seq);
+CREATE INDEX IF NOT EXISTS versions_updated ON versions (last_updated);
+CREATE TABLE IF NOT EXISTS documents (
+    collection TEXT NOT NULL,
+    id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (collection, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS document_keys (
+    collection TEXT NOT NULL,
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    PRIMARY KEY (collection, field, value)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    id TEXT PRIMARY KEY,
+    topic TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    source_service TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    dispatched INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (dispatched, timestamp);
+"""
+
+
+def _index_schema() -> str:
+    statements = []
+    for name, columns in INDEX_TABLES.items():
+        cols = ", ".join(f"{c}" for c in columns)
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS idx_{name} "
+            f"(rid INTEGER NOT NULL, type TEXT NOT NULL, param TEXT NOT NULL, {cols});"
+        )
+        statements.append(f"CREATE INDEX IF NOT EXISTS idx_{name}_rid ON idx_{name} (rid);")
+        lead = {"token": "code", "reference": "target_id", "quantity": "lo"}.get(name, columns[0])
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS idx_{name}_lookup ON idx_{name} (type, param, {lead});"
+        )
+    return "\n".join(statements)
+
+
+def now_instant() -> str:
+    """The current time as a FHIR instant in UTC with microseconds (sortable as text)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _field_value(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+class SQLiteUnitOfWork:
+    """Stages writes; ``commit`` applies them in one ``BEGIN IMMEDIATE`` transaction."""
+
+    def __init__(self, store: SQLiteStore):
+        self._store = store
+        self._writes: list[StagedWrite] = []
+        self._documents: list[tuple[str, str, str, JSON | None]] = []  # (op, coll, id, body)
+        self._events: list[tuple[str, str, str, str, str]] = []
+        self.committed = False
+
+    async def __aenter__(self) -> SQLiteUnitOfWork:
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None and not self.committed and (
+            self._writes or self._documents or self._events
+        ):
+            await self.commit()
+
+    # -- staging -------------------------------------------------------------------
+    def create(self, resource_type: str, id: str, body: JSON, *, index: IndexRows | None = None,
+               method: str = "POST") -> StagedWrite:
+        w = StagedWrite("create", resource_type, id, body, must_not_exist=True, method=method,
+                        index=index)
+        self._writes.append(w)
+        return w
+
+    def update(self, resource_type: str, id: str, body: JSON, *, if_match: int | None = None,
+               index: IndexRows | None = None, method: str = "PUT") -> StagedWrite:
+        w = StagedWrite("update", resource_type, id, body, if_match=if_match, method=method,
+                        index=index)
+        self._writes.append(w)
+        return w
+
+    def delete(self, resource_type: str, id: str, *, if_match: int | None = None) -> StagedWrite:
+        w = StagedWrite("delete", resource_type, id, None, if_match=if_match, method="DELETE")
+        self._writes.append(w)
+        return w
+
+    def put_document(self, collection: str, id: str, body: JSON) -> None:
+        self._documents.append(("put", collection, id, body))
+
+    def insert_document(self, collection: str, id: str, body: JSON) -> None:
+        self._documents.append(("insert", collection, id, body))
+
+    def delete_document(self, collection: str, id: str) -> None:
+        self._documents.append(("delete", collection, id, None))
+
+    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
+             source_service: str = "fhir_server") -> str:
+        event_id = event_id or str(uuid.uuid4())
+        self._events.append(
+            (event_id, topic, now_instant(), source_service, orjson.dumps(payload).decode())
+        )
+        return event_id
+
+    # -- applying --------------------------------------------------------------------
+    async def commit(self) -> None:
+        self._store.apply(self._writes, self._documents, self._events)
+        self.committed = True
+        if self._events:
+            self._store.notify_outbox()
+
+    async def rollback(self) -> None:
+        self._writes.clear()
+        self._documents.clear()
+        self._events.clear()
+
+
+class SQLiteStore:
+    """The embedded store. ``path`` may be ``":memory:"`` for throwaway use."""
+
+    def __init__(self, path: str | Path, *, unique_document_fields: Mapping[str, Iterable[str]]
+                 | None = None):
+        self.path = str(path)
+        self._conn: sqlite3.Connection | None = None
+        self._unique = {c: tuple(f) for c, f in (unique_document_fields or {}).items()}
+        self._outbox_listeners: list[Any] = []
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> SQLiteStore:
+        if not url.startswith("sqlite:///"):
+            raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path)")
+        return cls(url.removeprefix("sqlite:///"), **kwargs)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("PRAGMA cache_size=-65536")
+        conn.execute("PRAGMA temp_store=MEMORY")
+        conn.executescript(_SCHEMA + _index_schema())
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("store is not open")
+        return self._conn
+
+    def unit_of_work(self) -> SQLiteUnitOfWork:
+        return SQLiteUnitOfWork(self)
+
+    def set_unique_document_fields(self, collection: str, fields: Iterable[str]) -> None:
+        self._unique[collection] = tuple(fields)
+
+    def add_outbox_listener(self, callback: Any) -> None:
+        """``callback()`` is called after a commit that wrote events (the dispatcher)."""
+        self._outbox_listeners.append(callback)
+
+    def notify_outbox(self) -> None:
+        for callback in self._outbox_listeners:
+            callback()
+
+    # -- resources ---------------------------------------------------------------------
+    async def read(self, resource_type: str, id: str, version: int | None = None
+                   ) -> StoredResource:
+        if version is None:
+            current = await self.read_current(resource_type, id)
+            if current is None:
+                raise ResourceNotFound(resource_type, id)
+            if current.deleted:
+                raise ResourceGone(resource_type, id, current.version)
+            return current
+        row = self.conn.execute(
+            "SELECT type, id, version, last_updated, deleted, body, method FROM versions "
+            "WHERE type = ? AND id = ? AND version = ?",
+            (resource_type, id, version),
+        ).fetchone()
+        if row is None:
+            raise ResourceNotFound(resource_type, id, str(version))
+        stored = _stored(row)
+        if stored.deleted:
+            raise ResourceGone(resource_type, id, stored.version)
+        return stored
+
+    async def read_current(self, resource_type: str, id: str) -> StoredResource | None:
+        row = self.conn.execute(
+            "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method "
+            "FROM resources r JOIN versions v "
+            "ON v.type = r.type AND v.id = r.id AND v.version = r.version "
+            "WHERE r.type = ? AND r.id = ?",
+            (resource_type, id),
+        ).fetchone()
+        return _stored(row) if row else None
+
+    async def history(
+        self, resource_type: str | None, id: str | None, *, since: str | None = None,
+        at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,
+    ) -> HistoryPage:
+        where, args = [], []
+        if resource_type is not None:
+            where.append("type = ?")
+            args.append(resource_type)
+        if id is not None:
+            where.append("id = ?")
+            args.append(id)
+        if since is not None:
+            where.append("last_updated >= ?")
+            args.append(since)
+        if at_or_before is not None:
+            where.append("last_updated <= ?")
+            args.append(at_or_before)
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        total = self.conn.execute(f"SELECT count(*) FROM versions {clause}", args).fetchone()[0]
+        if before_seq is not None:
+            where.append("seq < ?")
+            args.append(before_seq)
+            clause = "WHERE " + " AND ".join(where)
+        rows = self.conn.execute(
+            "SELECT type, id, version, last_updated, deleted, body, method, seq FROM versions "
+            f"{clause} ORDER BY seq DESC LIMIT ?",
+            [*args, count],
+        ).fetchall()
+        return HistoryPage([_stored(r) for r in rows], total)
+
+    async def list_ids(
+        self, resource_type: str, *, ids: Sequence[str] | None = None,
+        last_updated: Sequence[tuple[str, str]] = (), count: int = 50, offset: int = 0,
+    ) -> tuple[list[StoredResource], int]:
+        where, args = ["r.type = ?", "r.deleted = 0"], [resource_type]
+        if ids is not None:
+            where.append(f"r.id IN ({','.join('?' * len(ids))})")
+            args.extend(ids)
+        for op, instant in last_updated:
+            if op not in ("<", "<=", ">", ">=", "=", "!="):
+                raise ValueError(f"unsupported comparator {op!r}")
+            where.append(f"r.last_updated {op} ?")
+            args.append(instant)
+        clause = " AND ".join(where)
+        total = self.conn.execute(
+            f"SELECT count(*) FROM resources r WHERE {clause}", args
+        ).fetchone()[0]
+        rows = self.conn.execute(
+            "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method "
+            "FROM resources r JOIN versions v "
+            "ON v.type = r.type AND v.id = r.id AND v.version = r.version "
+            f"WHERE {clause} ORDER BY r.last_updated DESC, r.rid DESC LIMIT ? OFFSET ?",
+            [*args, count, offset],
+        ).fetchall()
+        return [_stored(r) for r in rows], total
+
+    def apply(
+        self,
+        writes: Sequence[StagedWrite],
+        documents: Sequence[tuple[str, str, str, JSON | None]],
+        events: Sequence[tuple[str, str, str, str, str]],
+    ) -> None:
+        """Apply staged work atomically; raises a StoreError and changes nothing on failure."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            instant = now_instant()
+            for write in writes:
+                write.result = self._apply_write(conn, write, instant)
+            for op, collection, doc_id, body in documents:
+                self._apply_document(conn, op, collection, doc_id, body)
+            if events:
+                conn.executemany(
+                    "INSERT INTO outbox (id, topic, timestamp, source_service, payload) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    events,
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            for write in writes:
+                write.result = None
+            raise
+
+    def _apply_write(self, conn: sqlite3.Connection, w: StagedWrite, instant: str
+                     ) -> StoredResource:
+        row = conn.execute(
+            "SELECT rid, version, deleted FROM resources WHERE type = ? AND id = ?",
+            (w.resource_type, w.id),
+        ).fetchone()
+        rid, current, deleted = row if row else (None, None, True)
+        if w.must_not_exist and row is not None:
+            raise ResourceExists(w.resource_type, w.id)
+        if w.if_match is not None and (current != w.if_match or (deleted and w.op != "delete")):
+            raise VersionConflict(w.resource_type, w.id, w.if_match, None if deleted else current)
+        version = (current or 0) + 1
+        if w.op == "delete":
+            if row is None or deleted:
+                # Deleting what is absent or already deleted changes nothing (FHIR: 200/204).
+                return StoredResource(w.resource_type, w.id, current or 0, instant, True, b"",
+                                      "DELETE")
+            body = b""
+        else:
+            assert w.body is not None
+            resource = w.body
+            resource["id"] = w.id
+            meta = dict(resource.get("meta") or {})
+            meta["versionId"] = str(version)
+            meta["lastUpdated"] = instant
+            resource["meta"] = meta
+            body = orjson.dumps(resource)
+        is_deleted = 1 if w.op == "delete" else 0
+        conn.execute(
+            "INSERT INTO versions (type, id, version, last_updated, deleted, method, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (w.resource_type, w.id, version, instant, is_deleted, w.method, body),
+        )
+        if rid is None:
+            rid = conn.execute(
+                "INSERT INTO resources (type, id, version, last_updated, deleted) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (w.resource_type, w.id, version, instant, is_deleted),
+            ).lastrowid
+        else:
+            conn.execute(
+                "UPDATE resources SET version = ?, last_updated = ?, deleted = ? WHERE rid = ?",
+                (version, instant, is_deleted, rid),
+            )
+            if row is not None:
+                for table in INDEX_TABLES:
+                    conn.execute(f"DELETE FROM idx_{table} WHERE rid = ?", (rid,))
+        if w.index is not None and not is_deleted:
+            self._write_index(conn, rid, w.resource_type, w.index)
+        return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
+                              w.method)
+
+    def _write_index(self, conn: sqlite3.Connection, rid: int | None, resource_type: str,
+                     index: IndexRows) -> None:
+        for table, rows in index.rows.items():
+            columns = INDEX_TABLES[table]
+            marks = ", ".join("?" * (len(columns) + 3))
+            conn.executemany(
+                f"INSERT INTO idx_{table} (rid, type, param, {', '.join(columns)}) "
+                f"VALUES ({marks})",
+                [(rid, resource_type, *r) for r in rows],
+            )
+
+    def _apply_document(self, conn: sqlite3.Connection, op: str, collection: str, doc_id: str,
+                        body: JSON | None) -> None:
+        conn.execute(
+            "DELETE FROM document_keys WHERE collection = ? AND doc_id = ?", (collection, doc_id)
+        )
+        if op == "delete":
+            conn.execute("DELETE FROM documents WHERE collection = ? AND id = ?",
+                         (collection, doc_id))
+            return
+        assert body is not None
+        verb = "INSERT" if op == "insert" else "INSERT OR REPLACE"
+        try:
+            conn.execute(
+                f"{verb} INTO documents (collection, id, body) VALUES (?, ?, ?)",
+                (collection, doc_id, orjson.dumps(body).decode()),
+            )
+            for field in self._unique.get(collection, ()):
+                value = body.get(field)
+                if value is not None:
+                    conn.execute(
+                        "INSERT INTO document_keys (collection, field, value, doc_id) "
+                        "VALUES (?, ?, ?, ?)",
+                        (collection, field, _field_value(value), doc_id),
+                    )
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateDocument(f"{collection}: duplicate {doc_id} or unique field") from exc
+
+    # -- documents ---------------------------------------------------------------------
+    async def get_document(self, collection: str, id: str) -> JSON | None:
+        row = self.conn.execute(
+            "SELECT body FROM documents WHERE collection = ? AND id = ?", (collection, id)
+        ).fetchone()
+        return orjson.loads(row[0]) if row else None
+
+    def _where(self, collection: str, where: Mapping[str, Any] | None
+               ) -> tuple[str, list[Any]]:
+        clauses, args = ["d.collection = ?"], [collection]
+        for field, value in (where or {}).items():
+            if field in self._unique.get(collection, ()) and value is not None:
+                # Unique fields are looked up through their key table (an index, not a scan).
+                clauses.append(
+                    "d.id = (SELECT doc_id FROM document_keys WHERE collection = ? "
+                    "AND field = ? AND value = ?)"
+                )
+                args.extend([collection, field, _field_value(value)])
+            elif value is None:
+                clauses.append(f"json_extract(d.body, '$.{_safe(field)}') IS NULL")
+            else:
+                clauses.append(f"json_extract(d.body, '$.{_safe(field)}') = ?")
+                args.append(value if not isinstance(value, bool) else int(value))
+        return " AND ".join(clauses), args
+
+    async def find_documents(
+        self, collection: str, where: Mapping[str, Any] | None = None, *, limit: int = 100,
+        offset: int = 0, order_by: str | None = None, descending: bool = False,
+    ) -> list[JSON]:
+        clause, args = self._where(collection, where)
+        order = f"json_extract(d.body, '$.{_safe(order_by)}')" if order_by else "d.id"
+        direction = "DESC" if descending else "ASC"
+        rows = self.conn.execute(
+            f"SELECT d.body FROM documents d WHERE {clause} ORDER BY {order} {direction}, d.id "
+            "LIMIT ? OFFSET ?",
+            [*args, limit, offset],
+        ).fetchall()
+        return [orjson.loads(r[0]) for r in rows]
+
+    async def count_documents(self, collection: str, where: Mapping[str, Any] | None = None
+                              ) -> int:
+        clause, args = self._where(collection, where)
+        return int(
+            self.conn.execute(f"SELECT count(*) FROM documents d WHERE {clause}", args)
+            .fetchone()[0]
+        )
+
+    # -- outbox ------------------------------------------------------------------------
+    async def pending_events(self, limit: int = 100) -> list[JSON]:
+        rows = self.conn.execute(
+            "SELECT id, topic, timestamp, source_service, payload FROM outbox "
+            "WHERE dispatched = 0 ORDER BY timestamp LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            {"id": r[0], "topic": r[1], "timestamp": r[2], "source_service": r[3],
+             "payload": orjson.loads(r[4])}
+            for r in rows
+        ]
+
+    async def mark_dispatched(self, event_ids: Sequence[str]) -> None:
+        self.conn.executemany(
+            "UPDATE outbox SET dispatched = 1 WHERE id = ?", [(i,) for i in event_ids]
+        )
+
+
+def _safe(field: str) -> str:
+    if not field.replace("_", "").replace(".", "").isalnum():
+        raise ValueError(f"invalid document field name {field!r}")
+    return field
+
+
+def _stored(row: tuple[Any, ...]) -> StoredResource:
+    seq = row[7] if len(row) > 7 else 0
+    return StoredResource(row[0], row[1], row[2], row[3], bool(row[4]), bytes(row[5]), row[6],
+                          seq)

@@ -1,0 +1,394 @@
+"""MLLP transport over asyncio: a server that answers each framed message, and a client.
+
+Responsible for the Minimal Lower Layer Protocol (`0x0B message 0x1C 0x0D`) and only
+for it: framing and de-framing, persistent connections answered strictly in order,
+resilience to framing errors, oversize messages and idle peers, optional TLS via a
+standard `ssl.SSLContext`. What a message means is the handler's business; when the
+handler cannot answer (it raised) or the message is too large to hand over, the server
+answers itself with a NAK built from whatever MSH could be read (`hl7_gateway.ack`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl as ssl_module
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from hl7_gateway.ack import ErrorDetail, Outcome, build_failure_ack
+from hl7_gateway.parser import HL7ParseError, encode_message, parse, read_msh_leniently
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "Frame",
+    "FrameDecoder",
+    "FramingError",
+    "Handler",
+    "MLLPClient",
+    "MLLPError",
+    "MLLPServer",
+    "Oversize",
+    "frame",
+]
+
+logger = logging.getLogger(__name__)
+
+START_BLOCK = b"\x0b"
+END_BLOCK = b"\x1c"
+CARRIAGE_RETURN = b"\x0d"
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# Enough of an oversize message to read its MSH for the NAK.
+_OVERSIZE_HEAD_BYTES = 8192
+_READ_CHUNK = 64 * 1024
+
+Handler = Callable[[bytes], Awaitable[bytes | str | None]]
+"""Receives one de-framed message, returns the reply (None: send nothing back)."""
+
+
+class MLLPError(Exception):
+    """A peer broke the protocol or the connection ended before a reply."""
+
+
+def frame(payload: bytes) -> bytes:
+    return START_BLOCK + payload + END_BLOCK + CARRIAGE_RETURN
+
+
+# --- de-framing -------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """A message longer than the limit; `head` is its beginning, the rest was dropped."""
+
+    head: bytes
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class FramingError:
+    reason: str
+
+
+Event = Frame | Oversize | FramingError
+
+_OUTSIDE, _INSIDE, _DISCARDING, _AFTER_END = range(4)
+
+
+class FrameDecoder:
+    """Incremental de-framer: `feed()` bytes as they arrive, get complete events back.
+
+    Never holds more than `max_message_bytes` of one message. Bytes between frames are
+    dropped (whitespace silently), a start block inside a frame abandons the partial
+    frame, and a missing CR after the end block is tolerated.
+    """
+
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self._max = max_message_bytes
+        self._buffer = bytearray()
+        self._state = _OUTSIDE
+
+    def feed(self, data: bytes) -> list[Event]:
+        events: list[Event] = []
+        pos = 0
+        while pos < len(data):
+            if self._state == _OUTSIDE:
+                pos = self._skip_outside(data, pos, events)
+            elif self._state == _AFTER_END:
+                if data[pos:pos + 1] == CARRIAGE_RETURN:
+                    pos += 1
+                self._state = _OUTSIDE
+            else:
+                pos = self._read_inside(data, pos, events)
+        return events
+
+    def _skip_outside(self, data: bytes, pos: int, events: list[Event]) -> int:
+        start = data.find(START_BLOCK, pos)
+        stray = data[pos:] if start < 0 else data[pos:start]
+        if stray.strip():
+            events.append(FramingError(f"{len(stray)} byte(s) outside a frame discarded"))
+        if start < 0:
+            return len(data)
+        self._state = _INSIDE
+        self._buffer.clear()
+        return start + 1
+
+    def _read_inside(self, data: bytes, pos: int, events: list[Event]) -> int:
+        ends = [i for i in (data.find(END_BLOCK, pos), data.find(START_BLOCK, pos)) if i >= 0]
+        stop = min(ends, default=len(data))
+        if self._state == _INSIDE:
+            self._buffer += data[pos:stop]
+            if len(self._buffer) > self._max:
+                events.append(Oversize(bytes(self._buffer[:_OVERSIZE_HEAD_BYTES]), self._max))
+                self._buffer.clear()
+                self._state = _DISCARDING
+        if stop == len(data):
+            return stop
+        if data[stop:stop + 1] == START_BLOCK:
+            if self._state == _INSIDE:
+                events.append(FramingError(
+                    f"start block inside a frame; {len(self._buffer)} byte(s) discarded"))
+            self._state = _INSIDE
+            self._buffer.clear()
+        else:
+            if self._state == _INSIDE:
+                events.append(Frame(bytes(self._buffer)))
+            self._buffer.clear()
+            self._state = _AFTER_END
+        return stop + 1
+
+
+# --- server -----------------------------------------------------------------------
+
+def _as_bytes(reply: bytes | str) -> bytes:
+    return reply if isinstance(reply, bytes) else encode_message(reply)
+
+
+def _failure_reply(raw: bytes, detail: ErrorDetail, outcome: Outcome) -> bytes | None:
+    ack = build_failure_ack(raw, detail, outcome)
+    return None if ack is None else encode_message(ack)
+
+
+class MLLPServer:
+    """Accepts MLLP connections and answers every message with the handler's reply."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 2575,
+        *,
+        ssl: ssl_module.SSLContext | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        idle_timeout: float | None = 300.0,
+    ) -> None:
+        if max_message_bytes <= 0:
+            raise ValueError("max_message_bytes must be positive")
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError("idle_timeout must be positive or None")
+        self._handler = handler
+        self._host = host
+        self._requested_port = port
+        self._ssl = ssl
+        self._max = max_message_bytes
+        self._idle_timeout = idle_timeout
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after binding port 0)."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the server is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("the server is already started")
+        self._server = await asyncio.start_server(
+            self._on_connection, self._host, self._requested_port, ssl=self._ssl
+        )
+        logger.info("MLLP server listening on %s:%d%s", self._host, self.port,
+                    " (TLS)" if self._ssl else "")
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def close(self) -> None:
+        """Stop listening and end every open connection."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def __aenter__(self) -> MLLPServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer, peer)
+        except (ConnectionError, ssl_module.SSLError) as exc:
+            logger.info("MLLP connection from %s ended: %s", peer, exc)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
+    ) -> None:
+        decoder = FrameDecoder(self._max)
+        while True:
+            try:
+                async with asyncio.timeout(self._idle_timeout):
+                    data = await reader.read(_READ_CHUNK)
+            except TimeoutError:
+                logger.info("closing MLLP connection from %s: idle for %ss",
+                            peer, self._idle_timeout)
+                return
+            if not data:
+                return
+            for event in decoder.feed(data):
+                reply = await self._reply_to(event, peer)
+                if reply is not None:
+                    writer.write(frame(reply))
+                    await writer.drain()
+
+    async def _reply_to(self, event: Event, peer: object) -> bytes | None:
+        if isinstance(event, FramingError):
+            logger.warning("MLLP framing error from %s: %s", peer, event.reason)
+            return None
+        if isinstance(event, Oversize):
+            logger.warning("MLLP message from %s exceeds %d bytes; rejected", peer, event.limit)
+            detail = ErrorDetail(199, f"message exceeds the {event.limit}-byte limit")
+            return _failure_reply(event.head, detail, Outcome.REJECT)
+        try:
+            reply = await self._handler(event.payload)
+        except Exception:
+            # The sender gets a reject it may retry; the cause stays in our log only.
+            logger.exception("MLLP handler failed on a message from %s", peer)
+            detail = ErrorDetail(207, "internal error while processing the message")
+            return _failure_reply(event.payload, detail, Outcome.REJECT)
+        return None if reply is None else _as_bytes(reply)
+
+
+# --- client -----------------------------------------------------------------------
+
+def _control_id(message: bytes) -> str:
+    msh = read_msh_leniently(message)
+    return msh.field(10) if msh is not None else ""
+
+
+def _acknowledged_id(reply: bytes) -> str:
+    try:
+        msa = parse(reply).segment("MSA")
+    except HL7ParseError:
+        return ""
+    return msa.field(2) if msa is not None else ""
+
+
+class MLLPClient:
+    """One persistent MLLP connection; replies are matched to messages in order.
+
+    With `check_ack_id` a reply whose MSA-2 names another control id than the message
+    just sent raises `MLLPError`: a late ACK must not be taken for the next message's.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ssl: ssl_module.SSLContext | None = None,
+        *,
+        server_hostname: str | None = None,
+        timeout: float | None = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        check_ack_id: bool = True,
+    ) -> None:
+        self._host, self._port, self._ssl = host, port, ssl
+        self._server_hostname = server_hostname
+        self._timeout = timeout
+        self._max = max_message_bytes
+        self._check_ack_id = check_ack_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._decoder = FrameDecoder(max_message_bytes)
+        self._replies: deque[bytes] = deque()
+        self._lock = asyncio.Lock()
+
+    async def connect(self) -> None:
+        if self._writer is not None:
+            return
+        async with asyncio.timeout(self._timeout):
+            self._reader, self._writer = await asyncio.open_connection(
+                self._host, self._port, ssl=self._ssl,
+                server_hostname=self._server_hostname if self._ssl else None,
+            )
+        self._decoder = FrameDecoder(self._max)
+        self._replies.clear()
+
+    async def close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def __aenter__(self) -> MLLPClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def send(self, message: bytes | str) -> bytes:
+        """Send one message and return the payload of the framed reply."""
+        return (await self.send_many([message]))[0]
+
+    async def send_many(self, messages: Iterable[bytes | str]) -> list[bytes]:
+        """Send messages back to back without waiting (pipelined); replies in order."""
+        payloads = [_as_bytes(m) for m in messages]
+        async with self._lock:
+            await self.connect()
+            assert self._writer is not None
+            try:
+                self._writer.write(b"".join(frame(p) for p in payloads))
+                await self._writer.drain()
+                replies = [await self._next_reply() for _ in payloads]
+            except BaseException:
+                # A reply still in flight would be read as the answer to the next message.
+                await self.close()
+                raise
+        if self._check_ack_id:
+            for payload, reply in zip(payloads, replies, strict=True):
+                self._verify(payload, reply)
+        return replies
+
+    def _verify(self, payload: bytes, reply: bytes) -> None:
+        sent, acked = _control_id(payload), _acknowledged_id(reply)
+        if sent and acked and sent != acked:
+            raise MLLPError(f"reply acknowledges {acked!r}, expected {sent!r}")
+
+    async def _next_reply(self) -> bytes:
+        assert self._reader is not None
+        async with asyncio.timeout(self._timeout):
+            while not self._replies:
+                data = await self._reader.read(_READ_CHUNK)
+                if not data:
+                    raise MLLPError("connection closed before a reply arrived")
+                for event in self._decoder.feed(data):
+                    self._take(event)
+        return self._replies.popleft()
+
+    def _take(self, event: Event) -> None:
+        if isinstance(event, Frame):
+            self._replies.append(event.payload)
+        elif isinstance(event, Oversize):
+            raise MLLPError(f"reply exceeds {event.limit} bytes")
+        else:
+            logger.warning("MLLP framing error from %s:%d: %s",
+                           self._host, self._port, event.reason)

@@ -1,0 +1,155 @@
+"""The ASGI application: mounts /fhir, /api and the operational routes on one service.
+
+``create_app(settings)`` builds everything; the lifespan opens the store, starts auth and
+the event dispatcher. Error rendering lives here because it depends on where a request
+went: /fhir speaks OperationOutcome, everything else the /api envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fhir_server.http import error_response as fhir_error_response
+from fhir_server.http import store_error_to_fhir
+from fhir_server.interactions.context import FhirContext
+from fhir_server.outcome import FhirError
+from fhir_server.router import build_fhir_router
+from fhir_server.service import FhirService
+from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
+from platform_api import health, organizations, patients
+from platform_api.auth.dependencies import authenticate_request
+from platform_api.auth.routes import router as auth_router
+from platform_api.auth.service import AuthService
+from platform_api.docs import install_docs
+from platform_api.envelope import ApiError, JSONResponse, error_response
+from platform_api.events import EventBus
+from platform_api.observability import RequestContextMiddleware, configure_logging
+from platform_api.services import Services
+from platform_api.settings import Settings
+
+log = logging.getLogger("healthplatform.app")
+
+_STATUS_CODES = {
+    400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED", 409: "CONFLICT", 410: "GONE", 412: "PRECONDITION_FAILED",
+    413: "PAYLOAD_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE", 422: "VALIDATION_ERROR",
+    429: "RATE_LIMITED",
+}
+
+
+def _is_fhir(request: Request) -> bool:
+    path = request.url.path
+    return path == "/fhir" or path.startswith("/fhir/")
+
+
+def _field_of(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or ".".join(str(p) for p in loc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        if _is_fhir(request):
+            code = {401: "login", 403: "forbidden", 429: "throttled"}.get(exc.status, "processing")
+            return fhir_error_response(FhirError.of(exc.status, code, exc.message,
+                                                    headers=exc.headers))
+        return error_response(exc.status, exc.code, exc.message, field=exc.field,
+                              headers=exc.headers)
+
+    @app.exception_handler(FhirError)
+    async def fhir_error(request: Request, exc: FhirError) -> Response:
+        if not _is_fhir(request):
+            # A facade writing through the FHIR service: the resource it built was refused.
+            message = exc.issues[0].diagnostics if exc.issues else str(exc)
+            status = 422 if exc.status == 400 else exc.status
+            return error_response(status, "VALIDATION_ERROR" if status == 422 else
+                                  _STATUS_CODES.get(status, "ERROR"), message)
+        return fhir_error_response(exc)
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> Response:
+        if _is_fhir(request):
+            return fhir_error_response(store_error_to_fhir(exc))
+        if isinstance(exc, ResourceNotFound | ResourceGone):
+            return error_response(404, "NOT_FOUND", f"{exc.resource_type} not found")
+        fhir = store_error_to_fhir(exc)
+        return error_response(fhir.status, _STATUS_CODES.get(fhir.status, "CONFLICT"), str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        field = _field_of(tuple(first.get("loc", ())))
+        if _is_fhir(request):
+            return fhir_error_response(FhirError.of(400, "invalid", f"{field}: {first['msg']}"))
+        return error_response(422, "VALIDATION_ERROR", f"{field}: {first['msg']}", field=field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if _is_fhir(request):
+            return fhir_error_response(FhirError.of(exc.status_code, "not-supported",
+                                                    str(exc.detail), headers=headers))
+        message = "Route not found" if exc.status_code == 404 else str(exc.detail)
+        return error_response(exc.status_code, _STATUS_CODES.get(exc.status_code, "ERROR"),
+                              message, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        if _is_fhir(request):
+            return fhir_error_response(FhirError.of(500, "exception", "Internal server error"))
+        return JSONResponse({"success": False, "error": {
+            "code": "INTERNAL_ERROR", "message": "An internal error occurred"}}, status_code=500)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+    store = store_from_url(settings.store_url)
+    fhir = FhirService(store)
+    auth = AuthService(settings, store)
+    bus = EventBus(store)
+    services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await store.open()
+        store.add_outbox_listener(bus.wake)
+        await auth.start()
+        await bus.start()
+        log.info("healthplatform started with store %s", settings.store_url)
+        try:
+            yield
+        finally:
+            await bus.stop()
+            await store.close()
+
+    app = FastAPI(
+        title="healthplatform",
+        version="0.1.0",
+        description="FHIR R4 server with /api facades. FHIR endpoints speak FHIR; /api "
+                    "endpoints answer with the {success, data|error, meta} envelope.",
+        docs_url=None, redoc_url=None, lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    install_docs(app)
+    app.include_router(health.router)
+    app.include_router(auth_router)
+    app.include_router(patients.router)
+    app.include_router(organizations.router)
+    app.include_router(build_fhir_router(FhirContext(fhir, settings.base_url),
+                                         authenticate_request))
+    app.add_middleware(RequestContextMiddleware, access_log=settings.access_log)
+    return app

@@ -1,0 +1,238 @@
+"""Request correlation and structured logs for the whole service.
+
+``RequestContextMiddleware`` gives every HTTP request an id (the caller's ``X-Request-ID``
+when it is sane, a fresh one otherwise), makes it visible to handlers through
+``request.state.request_id`` and ``request_id_var``, echoes it in the response and writes
+one access log line per request on ``healthplatform.access``.
+
+``configure_logging`` makes every log line one JSON object, with the request id of the
+request being served when there is one, so that a request can be followed across the
+FHIR server, the /api facades and the HL7 gateway.
+
+The middleware is pure ASGI rather than Starlette's ``BaseHTTPMiddleware``: the service
+targets thousands of requests a second on one core, and the latter costs a task and a
+stream per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+import uuid
+from contextvars import ContextVar
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = [
+    "ACCESS_LOGGER_NAME",
+    "JsonFormatter",
+    "RequestContextMiddleware",
+    "configure_logging",
+    "request_id_var",
+]
+
+ACCESS_LOGGER_NAME = "healthplatform.access"
+REQUEST_ID_HEADER = b"x-request-id"
+
+request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+# An incoming id is copied into logs and response headers, so only accept what cannot
+# forge a log field or a header and cannot flood the logs.
+_SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
+
+_access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
+
+
+class RequestContextMiddleware:
+    """Assign a request id, echo it as ``X-Request-ID`` and log one access line."""
+
+    def __init__(self, app: ASGIApp, *, access_log: bool = True) -> None:
+        self.app = app
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        started = time.perf_counter()
+        incoming_id: bytes | None = None
+        user_agent = b""
+        for name, value in scope["headers"]:
+            if name == REQUEST_ID_HEADER:
+                incoming_id = value
+            elif name == b"user-agent":
+                user_agent = value
+        if incoming_id is not None and _SANE_REQUEST_ID.fullmatch(incoming_id):
+            request_id = incoming_id.decode("ascii")
+            request_id_bytes = incoming_id
+        else:
+            request_id = uuid.uuid4().hex
+            request_id_bytes = request_id.encode("ascii")
+
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
+        state["request_id"] = request_id
+        token = request_id_var.set(request_id)
+
+        # What the client was told; stays 500 when the app fails before answering,
+        # which is what the server then sends.
+        status = 500
+
+        async def send_with_request_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                # A copy: the app may reuse the header list of a cached response.
+                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id_bytes)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_request_id)
+        except Exception:
+            if self.access_log:
+                self._log_access(scope, request_id, status, started, user_agent, failed=True)
+            raise
+        else:
+            if self.access_log:
+                self._log_access(scope, request_id, status, started, user_agent, failed=False)
+        finally:
+            request_id_var.reset(token)
+
+    @staticmethod
+    def _log_access(
+        scope: Scope,
+        request_id: str,
+        status: int,
+        started: float,
+        user_agent: bytes,
+        *,
+        failed: bool,
+    ) -> None:
+        level = logging.ERROR if failed else logging.INFO
+        if not _access_logger.isEnabledFor(level):
+            return
+        method = scope["method"]
+        # The path only: FHIR search query strings carry names and birth dates.
+        path = scope["path"]
+        client = scope.get("client")
+        fields = {
+            "request_id": request_id,
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": round((time.perf_counter() - started) * 1000.0, 3),
+            "client_ip": client[0] if client else None,
+            "user_agent": user_agent.decode("latin-1"),
+        }
+        # makeRecord + handle rather than log(): the caller's file and line say nothing
+        # here, and finding them walks the stack on every request.
+        record = _access_logger.makeRecord(
+            ACCESS_LOGGER_NAME,
+            level,
+            __file__,
+            0,
+            "%s %s %s",
+            (method, path, status),
+            # The traceback of an escaping exception, filed under this request's id.
+            sys.exc_info() if failed else None,
+            extra=fields,
+        )
+        _access_logger.handle(record)
+
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=`` and is
+# written out as a field of its own.
+_RECORD_ATTRIBUTES = frozenset(
+    logging.LogRecord("", logging.INFO, "", 0, "", None, None).__dict__
+) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Format a record as one JSON object on one line.
+
+    Fields: ``timestamp`` (UTC, ISO 8601, milliseconds), ``level``, ``logger``,
+    ``message``, ``request_id`` (from ``extra`` or the request being served), every
+    other ``extra`` field, and ``exc`` with the formatted traceback.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (second, "YYYY-MM-DDTHH:MM:SS") of the last record; most records of a busy
+        # service fall in the same second as the one before. One tuple, so a thread
+        # never sees a second with another second's text.
+        self._last_second: tuple[int, str] = (-1, "")
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "timestamp": self._timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = request_id_var.get()
+        if request_id is not None:
+            entry["request_id"] = request_id
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES:
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exc"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(entry, default=str).decode()
+
+    def _timestamp(self, created: float) -> str:
+        second = int(created)
+        cached_second, text = self._last_second
+        if second != cached_second:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._last_second = (second, text)
+        return f"{text}.{int((created - second) * 1000):03d}Z"
+
+
+_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
+def configure_logging(level: str) -> None:
+    """Send the root and ``healthplatform.*`` loggers to stderr as JSON lines.
+
+    Idempotent: calling it again replaces the handler it installed. Library loggers
+    that propagate (uvicorn's when it runs with ``log_config=None``) come out as JSON
+    too.
+    """
+    level_name = level.strip().upper()
+    if level_name not in _LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(_LEVELS)}")
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.set_name("healthplatform-json")
+
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        if existing.get_name() == "healthplatform-json":
+            root.removeHandler(existing)
+            existing.close()
+    root.addHandler(handler)
+    root.setLevel(level_name)
+    # The JSON lines carry none of these, and collecting them costs every record.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+
+    # healthplatform.* reach stderr through the root handler only, so no line is
+    # written twice whatever the modules did to their loggers before.
+    platform = logging.getLogger("healthplatform")
+    platform.setLevel(level_name)
+    for existing in list(platform.handlers):
+        platform.removeHandler(existing)
+    platform.propagate = True

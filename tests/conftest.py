@@ -1,0 +1,84 @@
+"""Shared fixtures: the whole app on a temporary SQLite store, reached over ASGI."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from platform_api.app import create_app
+from platform_api.settings import Settings
+
+_users = itertools.count(1)
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": tmp_path, "argon2_time_cost": 1, "argon2_memory_kib": 8192,
+        "access_log": False, "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[Any]:
+    application = create_app(settings)
+    async with LifespanManager(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+async def register_and_login(client: httpx.AsyncClient, *, first_name: str = "Amina",
+                             last_name: str = "Odhiambo", role: str | None = None,
+                             email: str | None = None) -> dict[str, Any]:
+    """Register a fresh user and log in; returns {user, token, headers}."""
+    email = email or f"user{next(_users)}@clinic.example.org"
+    payload: dict[str, Any] = {"email": email, "password": "correct horse battery",
+                               "first_name": first_name, "last_name": last_name}
+    if role:
+        payload["registration_role"] = role
+    response = await client.post("/api/auth/register", json=payload)
+    assert response.status_code == 201, response.text
+    login = await client.post("/api/auth/login",
+                              json={"email": email, "password": "correct horse battery"})
+    assert login.status_code == 200, login.text
+    data = login.json()["data"]
+    return {"user": data["user"], "token": data["token"],
+            "headers": {"Authorization": f"Bearer {data['token']}"}}
+
+
+async def make_admin(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
+    user = await register_and_login(client, first_name="Grace", last_name="Admin")
+    await app.state.services.auth.create_admin(user["user"]["email"], "correct horse battery",
+                                               "Grace", "Admin")
+    login = await client.post("/api/auth/login", json={"email": user["user"]["email"],
+                                                       "password": "correct horse battery"})
+    token = login.json()["data"]["token"]
+    return {**user, "token": token, "headers": {"Authorization": f"Bearer {token}"}}
+
+
+@pytest.fixture
+async def user(client: httpx.AsyncClient) -> dict[str, Any]:
+    return await register_and_login(client)
+
+
+@pytest.fixture
+async def admin(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
+    return await make_admin(app, client)

@@ -1,0 +1,176 @@
+"""The contract every store adapter must pass: versioned resources, tombstones, history,
+documents, the outbox, and an all-or-nothing unit of work."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from fhir_server.store import (
+    DuplicateDocument,
+    ResourceExists,
+    ResourceGone,
+    ResourceNotFound,
+    VersionConflict,
+)
+
+
+def patient(family: str, given: str = "Amina") -> dict:
+    return {"resourceType": "Patient", "name": [{"family": family, "given": [given]}],
+            "gender": "female", "birthDate": "1988-04-12"}
+
+
+async def write(store, op: str, rid: str, body: dict | None = None, **kw):
+    async with store.unit_of_work() as uow:
+        if op == "create":
+            staged = uow.create("Patient", rid, body)
+        elif op == "update":
+            staged = uow.update("Patient", rid, body, **kw)
+        else:
+            staged = uow.delete("Patient", rid, **kw)
+        await uow.commit()
+    return staged.result
+
+
+async def test_create_assigns_version_1_and_meta(store):
+    stored = await write(store, "create", "p1", patient("Odhiambo"))
+    assert stored.version == 1 and not stored.deleted
+    body = orjson.loads((await store.read("Patient", "p1")).body)
+    assert body["id"] == "p1"
+    assert body["meta"]["versionId"] == "1"
+    assert body["meta"]["lastUpdated"] == stored.last_updated
+
+
+async def test_create_with_taken_id_is_refused(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    with pytest.raises(ResourceExists):
+        await write(store, "create", "p1", patient("Mensah"))
+
+
+async def test_every_version_stays_readable(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    await write(store, "update", "p1", patient("Mensah"))
+    await write(store, "update", "p1", patient("Okafor"))
+    families = [orjson.loads((await store.read("Patient", "p1", v)).body)["name"][0]["family"]
+                for v in (1, 2, 3)]
+    assert families == ["Odhiambo", "Mensah", "Okafor"]
+    assert (await store.read("Patient", "p1")).version == 3
+
+
+async def test_update_with_stale_version_conflicts(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    await write(store, "update", "p1", patient("Mensah"), if_match=1)
+    with pytest.raises(VersionConflict) as info:
+        await write(store, "update", "p1", patient("Okafor"), if_match=1)
+    assert info.value.current == 2
+
+
+async def test_delete_leaves_a_tombstone_and_history(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    tombstone = await write(store, "delete", "p1")
+    assert tombstone.version == 2 and tombstone.deleted
+    with pytest.raises(ResourceGone):
+        await store.read("Patient", "p1")
+    assert (await store.read("Patient", "p1", 1)).version == 1
+    with pytest.raises(ResourceGone):
+        await store.read("Patient", "p1", 2)
+    recreated = await write(store, "update", "p1", patient("Mensah"))
+    assert recreated.version == 3
+
+
+async def test_unknown_resource_and_version(store):
+    with pytest.raises(ResourceNotFound):
+        await store.read("Patient", "nope")
+    await write(store, "create", "p1", patient("Odhiambo"))
+    with pytest.raises(ResourceNotFound):
+        await store.read("Patient", "p1", 7)
+
+
+async def test_history_newest_first_with_since_and_cursor(store):
+    await write(store, "create", "p1", patient("A"))
+    await write(store, "create", "p2", patient("B"))
+    await write(store, "update", "p1", patient("C"))
+    await write(store, "delete", "p2")
+    everything = await store.history(None, None)
+    assert [(e.id, e.version) for e in everything.entries] == [
+        ("p2", 2), ("p1", 2), ("p2", 1), ("p1", 1)]
+    assert everything.total == 4
+    instance = await store.history("Patient", "p1")
+    assert [e.version for e in instance.entries] == [2, 1]
+    since = await store.history("Patient", None, since=everything.entries[1].last_updated)
+    assert [(e.id, e.version) for e in since.entries] == [("p2", 2), ("p1", 2)]
+    first = await store.history("Patient", None, count=2)
+    # A write between pages must not shift the second page.
+    await write(store, "update", "p1", patient("D"))
+    second = await store.history("Patient", None, count=2, before_seq=first.entries[-1].seq)
+    assert [(e.id, e.version) for e in second.entries] == [("p2", 1), ("p1", 1)]
+
+
+async def test_unit_of_work_is_all_or_nothing(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    with pytest.raises(ResourceExists):
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "p2", patient("Mensah"))
+            uow.put_document("users", "u1", {"id": "u1", "email": "a@example.org"})
+            uow.emit("platform.test.happened", {"x": 1})
+            uow.create("Patient", "p1", patient("Clash"))
+            await uow.commit()
+    assert await store.read_current("Patient", "p2") is None
+    assert await store.get_document("users", "u1") is None
+    assert await store.pending_events() == []
+
+
+async def test_documents_find_count_and_unique_fields(store):
+    async with store.unit_of_work() as uow:
+        uow.put_document("users", "u1", {"id": "u1", "email": "a@example.org", "n": 1})
+        uow.put_document("users", "u2", {"id": "u2", "email": "b@example.org", "n": 2})
+        await uow.commit()
+    assert (await store.get_document("users", "u1"))["n"] == 1
+    assert [d["id"] for d in await store.find_documents("users", {"email": "b@example.org"})] \
+        == ["u2"]
+    assert await store.count_documents("users") == 2
+    assert [d["id"] for d in await store.find_documents("users", order_by="n",
+                                                         descending=True)] == ["u2", "u1"]
+    with pytest.raises(DuplicateDocument):
+        async with store.unit_of_work() as uow:
+            uow.put_document("users", "u3", {"id": "u3", "email": "a@example.org"})
+            await uow.commit()
+    with pytest.raises(DuplicateDocument):
+        async with store.unit_of_work() as uow:
+            uow.insert_document("users", "u1", {"id": "u1", "email": "c@example.org"})
+            await uow.commit()
+    async with store.unit_of_work() as uow:
+        uow.delete_document("users", "u1")
+        await uow.commit()
+    assert await store.get_document("users", "u1") is None
+    # The unique value is free again once its document is gone.
+    async with store.unit_of_work() as uow:
+        uow.put_document("users", "u4", {"id": "u4", "email": "a@example.org"})
+        await uow.commit()
+
+
+async def test_outbox_is_written_with_the_commit_and_drained(store):
+    async with store.unit_of_work() as uow:
+        uow.create("Patient", "p1", patient("Odhiambo"))
+        event_id = uow.emit("platform.patient.created", {"patient_id": "p1"},
+                            source_service="patients")
+        await uow.commit()
+    pending = await store.pending_events()
+    assert [e["id"] for e in pending] == [event_id]
+    assert pending[0]["payload"] == {"patient_id": "p1"}
+    assert pending[0]["source_service"] == "patients"
+    await store.mark_dispatched([event_id])
+    assert await store.pending_events() == []
+
+
+async def test_list_current_resources_by_id_and_last_updated(store):
+    a = await write(store, "create", "p1", patient("A"))
+    await write(store, "create", "p2", patient("B"))
+    await write(store, "delete", "p2")
+    await write(store, "create", "p3", patient("C"))
+    found, total = await store.list_ids("Patient")
+    assert {s.id for s in found} == {"p1", "p3"} and total == 2
+    found, _ = await store.list_ids("Patient", ids=["p1", "p2"])
+    assert [s.id for s in found] == ["p1"]
+    found, _ = await store.list_ids("Patient", last_updated=[(">", a.last_updated)])
+    assert [s.id for s in found] == ["p3"]

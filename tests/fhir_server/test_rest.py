@@ -1,0 +1,248 @@
+"""FHIR R4 REST interactions over HTTP through the whole app (real SQLite store)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+FHIR = {"Content-Type": "application/fhir+json"}
+
+
+def amina() -> dict[str, Any]:
+    return {
+        "resourceType": "Patient",
+        "identifier": [{"system": "urn:oid:2.16.404.1.1", "value": "KE-29384756"}],
+        "name": [{"use": "official", "family": "Odhiambo", "given": ["Amina", "Wanjiru"]}],
+        "gender": "female",
+        "birthDate": "1988-04-12",
+        "telecom": [{"system": "phone", "value": "+254712345678", "use": "mobile"}],
+    }
+
+
+@pytest.fixture
+def h(user: dict[str, Any]) -> dict[str, str]:
+    return {**user["headers"], **FHIR}
+
+
+async def create(client: httpx.AsyncClient, h: dict[str, str], body: dict | None = None,
+                 **headers: str) -> httpx.Response:
+    return await client.post("/fhir/Patient", json=body or amina(), headers={**h, **headers})
+
+
+async def test_metadata_is_a_capability_statement_listing_interactions(client):
+    response = await client.get("/fhir/metadata")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/fhir+json")
+    statement = response.json()
+    assert statement["resourceType"] == "CapabilityStatement"
+    assert statement["fhirVersion"] == "4.0.1"
+    patient = next(r for r in statement["rest"][0]["resource"] if r["type"] == "Patient")
+    codes = {i["code"] for i in patient["interaction"]}
+    assert {"read", "vread", "update", "patch", "delete", "create", "history-instance",
+            "history-type", "search-type"} <= codes
+    assert {p["name"] for p in patient["searchParam"]} >= {"_id", "_lastUpdated"}
+
+
+async def test_fhir_requires_a_token(client):
+    response = await client.get("/fhir/Patient/anything")
+    assert response.status_code == 401
+    assert response.json()["resourceType"] == "OperationOutcome"
+
+
+async def test_create_returns_201_location_etag_and_body(client, h):
+    response = await create(client, h)
+    assert response.status_code == 201
+    body = response.json()
+    assert body["meta"]["versionId"] == "1"
+    assert response.headers["etag"] == 'W/"1"'
+    assert response.headers["location"].endswith(f"/fhir/Patient/{body['id']}/_history/1")
+    assert "last-modified" in response.headers
+
+
+async def test_create_ignores_a_client_id(client, h):
+    response = await create(client, h, {**amina(), "id": "chosen-by-client"})
+    assert response.json()["id"] != "chosen-by-client"
+
+
+@pytest.mark.parametrize(("prefer", "check"), [
+    ("return=minimal", lambda r: r.content == b""),
+    ("return=representation", lambda r: r.json()["resourceType"] == "Patient"),
+    ("return=OperationOutcome", lambda r: r.json()["resourceType"] == "OperationOutcome"),
+])
+async def test_create_honours_prefer_return(client, h, prefer, check):
+    response = await create(client, h, Prefer=prefer)
+    assert response.status_code == 201
+    assert check(response)
+    assert response.headers["location"]
+
+
+async def test_read_vread_and_unknown(client, h):
+    created = (await create(client, h)).json()
+    read = await client.get(f"/fhir/Patient/{created['id']}", headers=h)
+    assert read.status_code == 200 and read.json()["name"][0]["family"] == "Odhiambo"
+    vread = await client.get(f"/fhir/Patient/{created['id']}/_history/1", headers=h)
+    assert vread.status_code == 200 and vread.json()["meta"]["versionId"] == "1"
+    missing = await client.get("/fhir/Patient/does-not-exist", headers=h)
+    assert missing.status_code == 404
+    assert missing.json()["issue"][0]["code"] == "not-found"
+    assert (await client.get(f"/fhir/Patient/{created['id']}/_history/9",
+                             headers=h)).status_code == 404
+
+
+async def test_update_bumps_version_and_keeps_the_old_one(client, h):
+    created = (await create(client, h)).json()
+    changed = {**created, "gender": "other"}
+    response = await client.put(f"/fhir/Patient/{created['id']}", json=changed, headers=h)
+    assert response.status_code == 200
+    assert response.headers["etag"] == 'W/"2"'
+    old = await client.get(f"/fhir/Patient/{created['id']}/_history/1", headers=h)
+    assert old.json()["gender"] == "female"
+
+
+async def test_update_with_stale_if_match_returns_412(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    ok = await client.put(url, json=created, headers={**h, "If-Match": 'W/"1"'})
+    assert ok.status_code == 200
+    stale = await client.put(url, json=created, headers={**h, "If-Match": 'W/"1"'})
+    assert stale.status_code == 412
+    assert stale.json()["resourceType"] == "OperationOutcome"
+
+
+async def test_update_as_create_with_client_id(client, h):
+    response = await client.put("/fhir/Patient/kenya-29384756",
+                                json={**amina(), "id": "kenya-29384756"}, headers=h)
+    assert response.status_code == 201
+    assert response.headers["etag"] == 'W/"1"'
+
+
+async def test_update_id_mismatch_and_wrong_type_are_400(client, h):
+    mismatch = await client.put("/fhir/Patient/a1", json={**amina(), "id": "b2"}, headers=h)
+    assert mismatch.status_code == 400
+    missing_id = await client.put("/fhir/Patient/a1", json=amina(), headers=h)
+    assert missing_id.status_code == 400
+    wrong = await client.post("/fhir/Observation", json=amina(), headers=h)
+    assert wrong.status_code == 400
+    assert "resourceType" in wrong.json()["issue"][0]["expression"][0]
+
+
+async def test_invalid_json_and_invalid_resource_name_the_problem(client, h):
+    broken = await client.post("/fhir/Patient", content=b"{not json", headers=h)
+    assert broken.status_code == 400
+    assert broken.json()["issue"][0]["code"] == "structure"
+    invalid = await create(client, h, {**amina(), "birthDate": "12/04/1988",
+                                       "favouriteColour": "blue"})
+    assert invalid.status_code == 400
+    expressions = {e for i in invalid.json()["issue"] for e in i.get("expression", [])}
+    assert {"Patient.birthDate", "Patient.favouriteColour"} <= expressions
+    nested = await create(client, h, {**amina(), "name": [{"given": "Amina"}]})
+    assert "Patient.name[0].given" in str(nested.json())
+
+
+async def test_unknown_type_is_404_and_xml_is_refused(client, h):
+    assert (await client.get("/fhir/Spaceship/1", headers=h)).status_code == 404
+    xml = await client.get("/fhir/Patient?_format=xml", headers=h)
+    assert xml.status_code == 406
+    wrong_type = await client.post("/fhir/Patient", content=b"<Patient/>",
+                                   headers={**h, "Content-Type": "application/fhir+xml"})
+    assert wrong_type.status_code == 415
+
+
+async def test_patch_with_json_patch(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    patch = [{"op": "replace", "path": "/gender", "value": "unknown"},
+             {"op": "add", "path": "/active", "value": True}]
+    response = await client.patch(
+        url, json=patch, headers={**h, "Content-Type": "application/json-patch+json"})
+    assert response.status_code == 200, response.text
+    assert response.json()["gender"] == "unknown" and response.json()["meta"]["versionId"] == "2"
+    invalid = await client.patch(
+        url, json=[{"op": "replace", "path": "/gender", "value": 42}],
+        headers={**h, "Content-Type": "application/json-patch+json"})
+    assert invalid.status_code == 400
+    stale = await client.patch(
+        url, json=patch, headers={**h, "Content-Type": "application/json-patch+json",
+                                  "If-Match": 'W/"1"'})
+    assert stale.status_code == 412
+    bad_path = await client.patch(
+        url, json=[{"op": "remove", "path": "/nothing/here"}],
+        headers={**h, "Content-Type": "application/json-patch+json"})
+    assert bad_path.status_code == 422
+
+
+async def test_delete_then_read_is_410_and_history_keeps_it(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    deleted = await client.delete(url, headers=h)
+    assert deleted.status_code == 200
+    assert deleted.headers["etag"] == 'W/"2"'
+    assert (await client.get(url, headers=h)).status_code == 410
+    again = await client.delete(url, headers=h)
+    assert again.status_code == 200
+    history = (await client.get(f"{url}/_history", headers=h)).json()
+    assert [e["request"]["method"] for e in history["entry"]] == ["DELETE", "POST"]
+    assert "resource" not in history["entry"][0]
+    assert (await client.delete("/fhir/Patient/never-was", headers=h)).status_code == 404
+
+
+async def test_conditional_read(client, h):
+    response = await create(client, h)
+    url = f"/fhir/Patient/{response.json()['id']}"
+    same = await client.get(url, headers={**h, "If-None-Match": 'W/"1"'})
+    assert same.status_code == 304 and same.content == b""
+    assert (await client.get(url, headers={**h, "If-None-Match": 'W/"0"'})).status_code == 200
+    later = await client.get(url, headers={**h, "If-Modified-Since":
+                                           "Fri, 01 Jan 2100 00:00:00 GMT"})
+    assert later.status_code == 304
+    earlier = await client.get(url, headers={**h, "If-Modified-Since":
+                                             "Mon, 01 Jan 2001 00:00:00 GMT"})
+    assert earlier.status_code == 200
+
+
+async def test_history_type_system_since_count_and_paging(client, h):
+    ids = [(await create(client, h)).json()["id"] for _ in range(3)]
+    await client.put(f"/fhir/Patient/{ids[0]}", json={**amina(), "id": ids[0]}, headers=h)
+    type_history = (await client.get("/fhir/Patient/_history", headers=h)).json()
+    assert type_history["type"] == "history" and type_history["total"] == 4
+    assert type_history["entry"][0]["response"]["etag"] == 'W/"2"'
+    system = (await client.get("/fhir/_history", headers=h)).json()
+    assert system["total"] >= 4
+    since = type_history["entry"][0]["response"]["lastModified"]
+    recent = (await client.get("/fhir/Patient/_history", params={"_since": since},
+                               headers=h)).json()
+    assert recent["total"] == 1
+    seen: list[str] = []
+    url: str | None = "/fhir/Patient/_history?_count=3"
+    while url:
+        page = (await client.get(url, headers=h)).json()
+        seen += [f"{e['fullUrl']}|{e['response']['etag']}" for e in page["entry"]]
+        url = next((link["url"] for link in page["link"] if link["relation"] == "next"), None)
+    assert len(seen) == 4 and len(set(seen)) == 4
+    bad = await client.get("/fhir/Patient/_history?_since=yesterday", headers=h)
+    assert bad.status_code == 400
+
+
+async def test_search_by_id_and_last_updated(client, h):
+    first = (await create(client, h)).json()
+    second = (await create(client, h)).json()
+    by_id = (await client.get(f"/fhir/Patient?_id={first['id']}", headers=h)).json()
+    assert by_id["type"] == "searchset" and by_id["total"] == 1
+    assert by_id["entry"][0]["resource"]["id"] == first["id"]
+    newer = (await client.get("/fhir/Patient", params={
+        "_lastUpdated": f"gt{first['meta']['lastUpdated']}"}, headers=h)).json()
+    assert [e["resource"]["id"] for e in newer["entry"]] == [second["id"]]
+    today = first["meta"]["lastUpdated"][:10]
+    assert (await client.get(f"/fhir/Patient?_lastUpdated={today}", headers=h)).json()[
+        "total"] == 2
+
+
+async def test_unknown_search_parameter_lenient_and_strict(client, h):
+    lenient = (await client.get("/fhir/Patient?shoe-size=42", headers=h)).json()
+    outcome = [e for e in lenient["entry"] if e["search"]["mode"] == "outcome"]
+    assert outcome and "shoe-size" in outcome[0]["resource"]["issue"][0]["diagnostics"]
+    strict = await client.get("/fhir/Patient?shoe-size=42",
+                              headers={**h, "Prefer": "handling=strict"})
+    assert strict.status_code == 400

@@ -1,0 +1,168 @@
+"""Patients area: /api profiles map to FHIR Patient and back; organization context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import register_and_login
+
+PROFILE = {"first_name": "Amina", "last_name": "Odhiambo", "date_of_birth": "1988-04-12",
+           "gender": "female", "phone": "+254712345678", "email": "amina@example.org"}
+
+
+async def test_create_profile_is_readable_through_fhir(client, user):
+    response = await client.post("/api/patients", json=PROFILE, headers=user["headers"])
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["success"] is True
+    data = body["data"]
+    assert {k: data[k] for k in PROFILE} == PROFILE
+    fhir = (await client.get(f"/fhir/Patient/{data['id']}", headers=user["headers"])).json()
+    assert fhir["name"][0] == {"use": "official", "family": "Odhiambo", "given": ["Amina"]}
+    assert fhir["birthDate"] == "1988-04-12" and fhir["gender"] == "female"
+    assert {"system": "phone", "value": "+254712345678", "use": "mobile"} in fhir["telecom"]
+    assert {"system": "urn:healthplatform:user", "value": user["user"]["id"]} in fhir[
+        "identifier"]
+
+
+async def test_me_and_get_by_id(client, user):
+    created = (await client.post("/api/patients", json=PROFILE,
+                                 headers=user["headers"])).json()["data"]
+    me = await client.get("/api/patients/me", headers=user["headers"])
+    assert me.status_code == 200 and me.json()["data"]["id"] == created["id"]
+    by_id = await client.get(f"/api/patients/{created['id']}", headers=user["headers"])
+    assert by_id.json()["data"]["created_at"] is not None
+
+
+async def test_second_profile_for_the_same_user_is_409(client, user):
+    await client.post("/api/patients", json=PROFILE, headers=user["headers"])
+    again = await client.post("/api/patients", json=PROFILE, headers=user["headers"])
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "PROFILE_EXISTS"
+
+
+async def test_me_without_profile_is_404_envelope(client, user):
+    response = await client.get("/api/patients/me", headers=user["headers"])
+    assert response.status_code == 404
+    assert response.json() == {"success": False, "error": {
+        "code": "NOT_FOUND", "message": "Patient profile not found"}}
+
+
+async def test_validation_error_names_the_field(client, user):
+    response = await client.post("/api/patients", json={**PROFILE, "phone": "0712 345678"},
+                                 headers=user["headers"])
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "VALIDATION_ERROR" and error["field"] == "phone"
+    missing = await client.post("/api/patients", json={"first_name": "Amina"},
+                                headers=user["headers"])
+    assert missing.json()["error"]["field"] in {"last_name", "date_of_birth", "gender"}
+
+
+async def test_update_changes_only_sent_fields_and_keeps_fhir_data(client, user):
+    created = (await client.post("/api/patients", json=PROFILE,
+                                 headers=user["headers"])).json()["data"]
+    # A FHIR client adds data the /api payload does not know about.
+    fhir = (await client.get(f"/fhir/Patient/{created['id']}", headers=user["headers"])).json()
+    fhir["maritalStatus"] = {"text": "Married"}
+    await client.put(f"/fhir/Patient/{created['id']}", json=fhir,
+                     headers={**user["headers"], "Content-Type": "application/fhir+json"})
+    updated = await client.post(f"/api/patients/{created['id']}",
+                                json={"phone": "+254700000001"}, headers=user["headers"])
+    assert updated.status_code == 200
+    assert updated.json()["data"]["phone"] == "+254700000001"
+    assert updated.json()["data"]["last_name"] == "Odhiambo"
+    after = (await client.get(f"/fhir/Patient/{created['id']}", headers=user["headers"])).json()
+    assert after["maritalStatus"] == {"text": "Married"}
+    assert after["meta"]["versionId"] == "3"
+
+
+async def test_data_written_through_fhir_is_readable_through_api(client, admin):
+    fhir = await client.post("/fhir/Patient", json={
+        "resourceType": "Patient", "name": [{"family": "Mensah", "given": ["Kwame"]}],
+        "gender": "male", "birthDate": "1975-09-30"},
+        headers={**admin["headers"], "Content-Type": "application/fhir+json"})
+    view = (await client.get(f"/api/patients/{fhir.json()['id']}",
+                             headers=admin["headers"])).json()["data"]
+    assert (view["first_name"], view["last_name"], view["gender"]) == ("Kwame", "Mensah", "male")
+
+
+async def test_other_users_cannot_read_a_profile(client, user):
+    created = (await client.post("/api/patients", json=PROFILE,
+                                 headers=user["headers"])).json()["data"]
+    stranger = await register_and_login(client, first_name="Kofi", last_name="Boateng")
+    response = await client.get(f"/api/patients/{created['id']}", headers=stranger["headers"])
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "FORBIDDEN"
+    assert (await client.post(f"/api/patients/{created['id']}", json={"gender": "male"},
+                              headers=stranger["headers"])).status_code == 403
+
+
+async def test_routes_need_a_token(client):
+    response = await client.get("/api/patients/me")
+    assert response.status_code == 401
+    assert response.json()["success"] is False
+
+
+async def _organization(client, owner: dict[str, Any]) -> str:
+    response = await client.post("/api/organizations", json={
+        "name": "Kibera Community Clinic", "type": "clinic", "country": "KE"},
+        headers=owner["headers"])
+    assert response.status_code == 201, response.text
+    return response.json()["data"]["id"]
+
+
+async def test_organization_registers_lists_and_finds_by_mrn(client):
+    doctor = await register_and_login(client, first_name="Wanjiru", last_name="Kamau",
+                                      role="DOCTOR")
+    org_id = await _organization(client, doctor)
+    url = f"/api/organizations/{org_id}/patients"
+    first = await client.post(url, json={**PROFILE, "mrn": "KCC-0001"}, headers=doctor["headers"])
+    assert first.status_code == 201, first.text
+    assert first.json()["data"]["mrn"] == "KCC-0001"
+    generated = await client.post(url, json={**PROFILE, "first_name": "Baraka"},
+                                  headers=doctor["headers"])
+    assert generated.json()["data"]["mrn"].startswith("MRN")
+    duplicate = await client.post(url, json={**PROFILE, "mrn": "KCC-0001"},
+                                  headers=doctor["headers"])
+    assert duplicate.status_code == 409
+    listing = (await client.get(url, params={"limit": 1}, headers=doctor["headers"])).json()
+    assert listing["meta"] == {"page": 1, "limit": 1, "total": 2}
+    assert len(listing["data"]) == 1
+    found = (await client.get(f"{url}/search", params={"mrn": "KCC-0001"},
+                              headers=doctor["headers"])).json()
+    assert [p["first_name"] for p in found["data"]] == ["Amina"]
+    none = (await client.get(f"{url}/search", params={"mrn": "nope"},
+                             headers=doctor["headers"])).json()
+    assert none["data"] == [] and none["meta"]["total"] == 0
+    detail = await client.get(f"{url}/{first.json()['data']['id']}", headers=doctor["headers"])
+    assert detail.json()["data"]["organization_id"] == org_id
+    fhir = (await client.get(f"/fhir/Patient/{first.json()['data']['id']}",
+                             headers=doctor["headers"])).json()
+    assert fhir["managingOrganization"] == {"reference": f"Organization/{org_id}"}
+    mrn = next(i for i in fhir["identifier"] if i["system"].endswith(":mrn"))
+    assert mrn["value"] == "KCC-0001" and mrn["type"]["coding"][0]["code"] == "MR"
+    # A member of the organization may open the patient's profile too.
+    profile = await client.get(f"/api/patients/{first.json()['data']['id']}",
+                               headers=doctor["headers"])
+    assert profile.status_code == 200
+
+
+async def test_non_members_are_refused_and_admins_allowed(client, admin):
+    owner = await register_and_login(client, first_name="Wanjiru", last_name="Kamau")
+    org_id = await _organization(client, owner)
+    outsider = await register_and_login(client, first_name="Kofi", last_name="Boateng")
+    url = f"/api/organizations/{org_id}/patients"
+    assert (await client.get(url, headers=outsider["headers"])).status_code == 403
+    assert (await client.post(url, json=PROFILE, headers=outsider["headers"])).status_code == 403
+    assert (await client.get(url, headers=admin["headers"])).status_code == 200
+    assert (await client.get("/api/organizations/unknown/patients",
+                             headers=admin["headers"])).status_code == 404
+
+
+async def test_pagination_parameters_are_validated(client, user):
+    org_id = await _organization(client, user)
+    response = await client.get(f"/api/organizations/{org_id}/patients?limit=1000",
+                                headers=user["headers"])
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "limit"
