@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
@@ -124,10 +124,12 @@ SUPPORTED_VERSIONS = frozenset(
 # Used when the incoming MSH-12 cannot be read at all.
 FALLBACK_VERSION = "2.5.1"
 
-_ORIGINAL_CODES = {Outcome.ACCEPT: AckCode.AA, Outcome.ERROR: AckCode.AE,
-                   Outcome.REJECT: AckCode.AR}
-_COMMIT_CODES = {Outcome.ACCEPT: AckCode.CA, Outcome.ERROR: AckCode.CE,
-                 Outcome.REJECT: AckCode.CR}
+_ORIGINAL_CODES = {
+    Outcome.ACCEPT: AckCode.AA,
+    Outcome.ERROR: AckCode.AE,
+    Outcome.REJECT: AckCode.AR,
+}
+_COMMIT_CODES = {Outcome.ACCEPT: AckCode.CA, Outcome.ERROR: AckCode.CE, Outcome.REJECT: AckCode.CR}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,7 @@ class ErrorDetail:
 
 
 # --- mode and conditions ----------------------------------------------------------
+
 
 def _header(source: Message | Segment | None) -> Segment:
     if source is None:
@@ -208,6 +211,7 @@ def ack_code_for(header: Message | Segment, outcome: Outcome) -> AckCode:
 
 # --- building -----------------------------------------------------------------------
 
+
 def new_control_id() -> str:
     """A fresh MSH-10; 20 characters fit the ST(20) limit of v2.5."""
     return uuid.uuid4().hex[:20].upper()
@@ -219,21 +223,37 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _msh_for_ack(msh: Segment, control_id: str, timestamp: datetime) -> tuple[str, str]:
+    """The ACK's MSH line and the version number (MSH-12.1) that shapes the rest."""
     d = msh.delimiters
     version = msh.raw_field(12) or FALLBACK_VERSION
+    number = msh.component(12, 1) or FALLBACK_VERSION
     event = msh.components(9)[1:2]
     # MSH-9.3 (message structure) exists from v2.3.1 on.
     kind = ["ACK", event[0] if event else ""]
-    if _version_tuple(msh.component(12, 1) or FALLBACK_VERSION) >= (2, 3, 1):
+    if _version_tuple(number) >= (2, 3, 1):
         kind.append("ACK")
     processing = msh.raw_field(11) if msh.component(11, 1) in {"P", "T", "D"} else "P"
     fields = [
-        "MSH", d.encoding_characters, msh.raw_field(5), msh.raw_field(6), msh.raw_field(3),
-        msh.raw_field(4), timestamp.strftime("%Y%m%d%H%M%S%z"), "",
+        "MSH",
+        d.encoding_characters,
+        msh.raw_field(5),
+        msh.raw_field(6),
+        msh.raw_field(3),
+        msh.raw_field(4),
+        timestamp.strftime("%Y%m%d%H%M%S%z"),
+        "",
         d.component.join(escape(k, d) for k in kind).rstrip(d.component),
-        escape(control_id, d), processing, version, "", "", "", "", "", msh.raw_field(18),
+        escape(control_id, d),
+        processing,
+        version,
+        "",
+        "",
+        "",
+        "",
+        "",
+        msh.raw_field(18),
     ]
-    return d.field.join(fields).rstrip(d.field), version
+    return d.field.join(fields).rstrip(d.field), number
 
 
 def _err_location(error: ErrorDetail, d: Delimiters) -> str:
@@ -251,15 +271,31 @@ def _err_segments(errors: Sequence[ErrorDetail], d: Delimiters, version: str) ->
     f, c, s = d.field, d.component, d.subcomponent
     if _version_tuple(version) >= (2, 5):
         return [
-            f.join(["ERR", "", _err_location(e, d),
+            f.join(
+                [
+                    "ERR",
+                    "",
+                    _err_location(e, d),
                     c.join([str(e.code), escape(e.code_text, d), "HL70357"]),
-                    e.severity.value, "", "", "", escape(e.message, d)]).rstrip(f)
+                    e.severity.value,
+                    "",
+                    "",
+                    "",
+                    escape(e.message, d),
+                ]
+            ).rstrip(f)
             for e in errors
         ]
     # Before v2.5 ERR has only ERR-1 (ELD), repeated once per error.
     elds = [
-        c.join([e.segment, str(e.sequence) if e.segment else "", str(e.field or ""),
-                s.join([str(e.code), escape(e.message or e.code_text, d), "HL70357"])])
+        c.join(
+            [
+                e.segment,
+                str(e.sequence) if e.segment else "",
+                str(e.field or ""),
+                s.join([str(e.code), escape(e.message or e.code_text, d), "HL70357"]),
+            ]
+        )
         for e in errors
     ]
     return [f.join(["ERR", d.repetition.join(elds)])]
@@ -311,13 +347,14 @@ def build_response_ack(
 
 # --- header validation and failures ---------------------------------------------
 
+
 @dataclass(frozen=True)
 class HeaderPolicy:
     """What the receiver accepts. `message_types` maps a type to its events (None: any)."""
 
     message_types: Mapping[str, frozenset[str] | None] | None = None  # None: any type
     versions: frozenset[str] = SUPPORTED_VERSIONS
-    processing_ids: frozenset[str] = field(default_factory=lambda: frozenset({"P", "T", "D"}))
+    processing_ids: frozenset[str] = frozenset({"P", "T", "D"})
 
 
 def _required(msh: Segment, n: int, name: str) -> ErrorDetail | None:
@@ -344,9 +381,16 @@ def check_header(
     """Problems with MSH-9/10/11/12 that make the receiver reject the message."""
     msh = _header(header)
     policy = policy or HeaderPolicy()
-    missing = [e for n, name in ((9, "message type"), (10, "message control id"),
-                                 (11, "processing id"), (12, "version id"))
-               if (e := _required(msh, n, name)) is not None]
+    missing = [
+        e
+        for n, name in (
+            (9, "message type"),
+            (10, "message control id"),
+            (11, "processing id"),
+            (12, "version id"),
+        )
+        if (e := _required(msh, n, name)) is not None
+    ]
     if any(e.field == 9 for e in missing):
         problems = missing
     else:
@@ -355,14 +399,13 @@ def check_header(
     if version and version not in policy.versions:
         problems.append(ErrorDetail(203, f"version {version!r} is not supported", "MSH", 1, 12))
     if processing and processing not in policy.processing_ids:
-        problems.append(ErrorDetail(202, f"processing id {processing!r} is not accepted",
-                                    "MSH", 1, 11))
+        problems.append(
+            ErrorDetail(202, f"processing id {processing!r} is not accepted", "MSH", 1, 11)
+        )
     return problems
 
 
-def build_header_reject(
-    header: Message | Segment, errors: Sequence[ErrorDetail]
-) -> str | None:
+def build_header_reject(header: Message | Segment, errors: Sequence[ErrorDetail]) -> str | None:
     """AR (original mode) or CR (enhanced, if MSH-15 wants it) for a header that failed."""
     return build_response_ack(header, Outcome.REJECT, errors=errors)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hl7_gateway.parser import (
+    HEADER_SEGMENTS,
     Delimiters,
     HL7ParseError,
     Message,
@@ -78,9 +79,7 @@ class _Builder:
     def finish_message(self) -> None:
         if self.lines:
             msh = self.lines[0]
-            self._batch().messages.append(
-                Message(self.lines, msh.delimiters, charset=self.charset)
-            )
+            self._batch().messages.append(Message(self.lines, msh.delimiters, charset=self.charset))
             self.lines = []
 
     def add(self, seg: Segment) -> None:
@@ -111,11 +110,12 @@ def parse_batch(raw: bytes | str) -> BatchFile:
     lines, delimiters, repairs = split_segments(text)
     builder = _Builder(charset)
     codec = charset or "utf-8"
+    current = delimiters
     for line in lines:
-        seg_id = line[:3]
-        # Each MSH inside a batch carries its own MSH-2.
-        d = delimiters if seg_id != "MSH" else _delimiters_of(line, delimiters)
-        builder.add(Segment(line, d, codec))
+        # Each header segment inside a batch carries its own MSH-2 (FHS-2, BHS-2).
+        if line[:3] in HEADER_SEGMENTS:
+            current = _delimiters_of(line, current)
+        builder.add(Segment(line, current, codec))
     builder.finish_message()
     builder.file.warnings = warnings + repairs + _count_warnings(builder.file)
     return builder.file

@@ -58,6 +58,7 @@ def frame(payload: bytes) -> bytes:
 
 # --- de-framing -------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     payload: bytes
@@ -84,7 +85,7 @@ _OUTSIDE, _INSIDE, _DISCARDING, _AFTER_END = range(4)
 class FrameDecoder:
     """Incremental de-framer: `feed()` bytes as they arrive, get complete events back.
 
-    Never holds more than `max_message_bytes` of one message. Bytes between frames are
+    Holds at most `max_message_bytes` (plus one read) of a message. Bytes between frames are
     dropped (whitespace silently), a start block inside a frame abandons the partial
     frame, and a missing CR after the end block is tolerated.
     """
@@ -101,7 +102,7 @@ class FrameDecoder:
             if self._state == _OUTSIDE:
                 pos = self._skip_outside(data, pos, events)
             elif self._state == _AFTER_END:
-                if data[pos:pos + 1] == CARRIAGE_RETURN:
+                if data[pos : pos + 1] == CARRIAGE_RETURN:
                     pos += 1
                 self._state = _OUTSIDE
             else:
@@ -130,10 +131,13 @@ class FrameDecoder:
                 self._state = _DISCARDING
         if stop == len(data):
             return stop
-        if data[stop:stop + 1] == START_BLOCK:
+        if data[stop : stop + 1] == START_BLOCK:
             if self._state == _INSIDE:
-                events.append(FramingError(
-                    f"start block inside a frame; {len(self._buffer)} byte(s) discarded"))
+                events.append(
+                    FramingError(
+                        f"start block inside a frame; {len(self._buffer)} byte(s) discarded"
+                    )
+                )
             self._state = _INSIDE
             self._buffer.clear()
         else:
@@ -145,6 +149,7 @@ class FrameDecoder:
 
 
 # --- server -----------------------------------------------------------------------
+
 
 def _as_bytes(reply: bytes | str) -> bytes:
     return reply if isinstance(reply, bytes) else encode_message(reply)
@@ -194,8 +199,9 @@ class MLLPServer:
         self._server = await asyncio.start_server(
             self._on_connection, self._host, self._requested_port, ssl=self._ssl
         )
-        logger.info("MLLP server listening on %s:%d%s", self._host, self.port,
-                    " (TLS)" if self._ssl else "")
+        logger.info(
+            "MLLP server listening on %s:%d%s", self._host, self.port, " (TLS)" if self._ssl else ""
+        )
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -230,8 +236,11 @@ class MLLPServer:
         peer = writer.get_extra_info("peername")
         try:
             await self._serve(reader, writer, peer)
-        except (ConnectionError, ssl_module.SSLError) as exc:
-            logger.info("MLLP connection from %s ended: %s", peer, exc)
+        except (ConnectionError, ssl_module.SSLError, TimeoutError) as exc:
+            logger.info("MLLP connection from %s ended: %r", peer, exc)
+        except Exception:
+            # One connection's failure must never reach the listener or other peers.
+            logger.exception("MLLP connection from %s failed", peer)
         finally:
             self._connections.discard(task)
             writer.close()
@@ -242,21 +251,23 @@ class MLLPServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
     ) -> None:
         decoder = FrameDecoder(self._max)
-        while True:
-            try:
-                async with asyncio.timeout(self._idle_timeout):
-                    data = await reader.read(_READ_CHUNK)
-            except TimeoutError:
-                logger.info("closing MLLP connection from %s: idle for %ss",
-                            peer, self._idle_timeout)
-                return
-            if not data:
-                return
+        while data := await self._read(reader, peer):
             for event in decoder.feed(data):
                 reply = await self._reply_to(event, peer)
                 if reply is not None:
                     writer.write(frame(reply))
-                    await writer.drain()
+                    # A peer that stops reading our replies is as dead as a silent one.
+                    async with asyncio.timeout(self._idle_timeout):
+                        await writer.drain()
+
+    async def _read(self, reader: asyncio.StreamReader, peer: object) -> bytes:
+        """The next bytes from the peer; b"" at end of stream or after the idle timeout."""
+        try:
+            async with asyncio.timeout(self._idle_timeout):
+                return await reader.read(_READ_CHUNK)
+        except TimeoutError:
+            logger.info("closing MLLP connection from %s: idle for %ss", peer, self._idle_timeout)
+            return b""
 
     async def _reply_to(self, event: Event, peer: object) -> bytes | None:
         if isinstance(event, FramingError):
@@ -277,6 +288,7 @@ class MLLPServer:
 
 
 # --- client -----------------------------------------------------------------------
+
 
 def _control_id(message: bytes) -> str:
     msh = read_msh_leniently(message)
@@ -325,7 +337,9 @@ class MLLPClient:
             return
         async with asyncio.timeout(self._timeout):
             self._reader, self._writer = await asyncio.open_connection(
-                self._host, self._port, ssl=self._ssl,
+                self._host,
+                self._port,
+                ssl=self._ssl,
                 server_hostname=self._server_hostname if self._ssl else None,
             )
         self._decoder = FrameDecoder(self._max)
@@ -390,5 +404,6 @@ class MLLPClient:
         elif isinstance(event, Oversize):
             raise MLLPError(f"reply exceeds {event.limit} bytes")
         else:
-            logger.warning("MLLP framing error from %s:%d: %s",
-                           self._host, self._port, event.reason)
+            logger.warning(
+                "MLLP framing error from %s:%d: %s", self._host, self._port, event.reason
+            )

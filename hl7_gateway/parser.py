@@ -22,6 +22,9 @@ from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_DELIMITERS",
+    "HEADER_SEGMENTS",
+    "STANDARD_SEGMENT_IDS",
+    "Decoded",
     "Delimiters",
     "HL7ParseError",
     "Message",
@@ -46,8 +49,12 @@ class HL7ParseError(ValueError):
     """
 
     def __init__(
-        self, message: str, segment: str | None = None, field: int | None = None,
-        *, error_code: int = 199,
+        self,
+        message: str,
+        segment: str | None = None,
+        field: int | None = None,
+        *,
+        error_code: int = 199,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -67,7 +74,8 @@ HEADER_SEGMENTS = frozenset({"MSH", "FHS", "BHS"})
 
 # Segment IDs defined in HL7 v2.2-2.8. Only used to recognise segments glued to the
 # previous one with a space, where a looser pattern would split ordinary text.
-STANDARD_SEGMENT_IDS = frozenset("""
+STANDARD_SEGMENT_IDS = frozenset(
+    """
 ABS ACC ADD ADJ AFF AIG AIL AIP AIS AL1 APR ARQ ARV AUT BHS BLC BLG BPO BPX BTS BTX
 BUI CDM CDO CER CM0 CM1 CM2 CNS CON CSP CSR CSS CTD CTI DB1 DG1 DMI DON DRG DSC DSP
 ECD ECR EDU EQL EQP EQU ERQ ERR EVN FAC FHS FT1 FTS GOL GP1 GP2 GT1 IAM IAR IIM ILT
@@ -77,7 +85,8 @@ ORC ORG OVR PAC PCE PCR PD1 PDA PDC PEO PES PID PKG PMT PR1 PRA PRB PRC PRD PRT 
 PSH PSL PSS PTH PV1 PV2 PYE QAK QID QPD QRD QRF QRI RAR RAS RCP RDF RDT REL RF1 RGS
 RMI ROL RQ1 RQD RXA RXC RXD RXE RXG RXO RXR RXV SAC SCD SCH SCP SDD SFT SGH SGT SHP
 SID SLT SPD SPM SPR STF STZ TCC TCD TQ1 TQ2 TXA UAC UB1 UB2 URD URS VAR VND VTQ
-""".split())
+""".split()
+)
 
 _SEGMENT_ID = re.compile(r"[A-Z][A-Z0-9]{2}")
 _BOM = b"\xef\xbb\xbf"
@@ -107,20 +116,21 @@ class Delimiters:
         if sep.isalnum() or sep.isspace():
             raise HL7ParseError(f"invalid field separator {sep!r}", seg_id, 1, error_code=102)
         invalid = (
-            not chars or len(chars) > 5 or len(set(chars)) != len(chars) or sep in chars
+            not chars
+            or len(chars) > 5
+            or len(set(chars)) != len(chars)
+            or sep in chars
             or any(c.isalnum() or c.isspace() for c in chars)
         )
         if invalid:
-            raise HL7ParseError(
-                f"invalid encoding characters {chars!r}", seg_id, 2, error_code=102
-            )
+            raise HL7ParseError(f"invalid encoding characters {chars!r}", seg_id, 2, error_code=102)
         return cls(sep, *chars, *[""] * (5 - len(chars)))
 
     @property
     def encoding_characters(self) -> str:
         """The MSH-2 value these delimiters are written as."""
-        return self.component + self.repetition + self.escape + self.subcomponent + (
-            self.truncation
+        return "".join(
+            (self.component, self.repetition, self.escape, self.subcomponent, self.truncation)
         )
 
 
@@ -132,20 +142,35 @@ DEFAULT_DELIMITERS = Delimiters()
 # MSH-18 values (HL7 table 0211) mapped to Python codecs. UTF-16/32 ("UNICODE", "UNICODE
 # UTF-16/32") are absent on purpose: such bytes do not start with an ASCII "MSH".
 _CHARSET_CODECS = {
-    "ASCII": "ascii", "ISO IR6": "ascii",
-    "8859/1": "latin-1", "ISO IR100": "latin-1",
-    "8859/2": "iso8859-2", "ISO IR101": "iso8859-2",
-    "8859/3": "iso8859-3", "ISO IR109": "iso8859-3",
-    "8859/4": "iso8859-4", "ISO IR110": "iso8859-4",
-    "8859/5": "iso8859-5", "ISO IR144": "iso8859-5",
-    "8859/6": "iso8859-6", "ISO IR127": "iso8859-6",
-    "8859/7": "iso8859-7", "ISO IR126": "iso8859-7",
-    "8859/8": "iso8859-8", "ISO IR138": "iso8859-8",
-    "8859/9": "iso8859-9", "ISO IR148": "iso8859-9",
+    "ASCII": "ascii",
+    "ISO IR6": "ascii",
+    "8859/1": "latin-1",
+    "ISO IR100": "latin-1",
+    "8859/2": "iso8859-2",
+    "ISO IR101": "iso8859-2",
+    "8859/3": "iso8859-3",
+    "ISO IR109": "iso8859-3",
+    "8859/4": "iso8859-4",
+    "ISO IR110": "iso8859-4",
+    "8859/5": "iso8859-5",
+    "ISO IR144": "iso8859-5",
+    "8859/6": "iso8859-6",
+    "ISO IR127": "iso8859-6",
+    "8859/7": "iso8859-7",
+    "ISO IR126": "iso8859-7",
+    "8859/8": "iso8859-8",
+    "ISO IR138": "iso8859-8",
+    "8859/9": "iso8859-9",
+    "ISO IR148": "iso8859-9",
     "8859/15": "iso8859-15",
-    "UNICODE UTF-8": "utf-8", "UTF-8": "utf-8", "ISO IR192": "utf-8",
-    "ISO IR87": "iso2022_jp", "ISO IR159": "iso2022_jp_1",
-    "GB 18030-2000": "gb18030", "KS X 1001": "euc_kr", "BIG-5": "big5",
+    "UNICODE UTF-8": "utf-8",
+    "UTF-8": "utf-8",
+    "ISO IR192": "utf-8",
+    "ISO IR87": "iso2022_jp",
+    "ISO IR159": "iso2022_jp_1",
+    "GB 18030-2000": "gb18030",
+    "KS X 1001": "euc_kr",
+    "BIG-5": "big5",
 }
 
 _MSH_IN_BYTES = re.compile(rb"(?:\A|[\r\n])[ \t\x0b]*(?:\xef\xbb\xbf)?MSH")
@@ -168,9 +193,9 @@ def _declared_charset(raw: bytes) -> str:
     if found is None or len(raw) < found.end() + 2:
         return ""
     start = found.end() - 3
-    sep = raw[start + 3:start + 4]
+    sep = raw[start + 3 : start + 4]
     ends = [i for i in (raw.find(b"\r", start), raw.find(b"\n", start)) if i >= 0]
-    parts = raw[start:min(ends, default=len(raw))].split(sep)
+    parts = raw[start : min(ends, default=len(raw))].split(sep)
     if len(parts) < 18:
         return ""
     value = parts[17]
@@ -195,8 +220,10 @@ def decode_message(raw: bytes) -> Decoded:
             text = raw.decode(codec)
         except UnicodeDecodeError:
             continue
-        warning = None if not declared or codec == declared else (
-            f"bytes are not valid {declared} as MSH-18 declares; decoded as {codec}"
+        warning = (
+            None
+            if not declared or codec == declared
+            else (f"bytes are not valid {declared} as MSH-18 declares; decoded as {codec}")
         )
         return Decoded(text, codec, warning)
     warning = "bytes are not valid UTF-8; decoded as Latin-1"
@@ -220,6 +247,7 @@ def encode_message(text: str) -> bytes:
 
 # --- escape sequences -----------------------------------------------------------
 
+
 def _decode_hex(hex_digits: str, codec: str) -> str | None:
     try:
         return bytes.fromhex(hex_digits).decode(codec, errors="replace")
@@ -229,8 +257,17 @@ def _decode_hex(hex_digits: str, codec: str) -> str | None:
 
 def _escape_replacement(seq: str, d: Delimiters, codec: str) -> str | None:
     """Text for one escape sequence (without its escape characters); None keeps it as-is."""
-    simple = {"F": d.field, "S": d.component, "T": d.subcomponent, "R": d.repetition,
-              "E": d.escape, "P": d.truncation or None, "H": "", "N": ""}
+    # \H\ and \N\ switch highlighting on and off, which plain text cannot show.
+    simple = {
+        "F": d.field,
+        "S": d.component,
+        "T": d.subcomponent,
+        "R": d.repetition,
+        "E": d.escape,
+        "P": d.truncation or None,
+        "H": "",
+        "N": "",
+    }
     if seq in simple:
         return simple[seq]
     head = seq[:1]
@@ -240,7 +277,8 @@ def _escape_replacement(seq: str, d: Delimiters, codec: str) -> str | None:
         return "\n"
     if seq.startswith(".sp"):
         count = seq[3:].strip()
-        return "\n" * (int(count) if count.isdigit() else 1)
+        # The count comes from the sender: bounded so one value cannot balloon in memory.
+        return "\n" * (min(int(count), 100) if count.isdigit() else 1)
     # Formatting commands of FT (.in, .ti, .sk, .ce, .fi, .nf) have no plain-text form,
     # and character-set switches (C, M) cannot be honoured in already decoded text.
     if seq[:3] in {".in", ".ti", ".sk", ".ce", ".fi", ".nf"} or head in {"C", "M"}:
@@ -259,7 +297,7 @@ def unescape(value: str, delimiters: Delimiters = DEFAULT_DELIMITERS, codec: str
         end = value.find(esc, start + 1)
         if end < 0:
             break
-        replacement = _escape_replacement(value[start + 1:end], delimiters, codec)
+        replacement = _escape_replacement(value[start + 1 : end], delimiters, codec)
         if replacement is None:
             out.append(value[pos:end])
             pos = end  # the closing escape may open the next sequence
@@ -277,8 +315,13 @@ def escape(value: str, delimiters: Delimiters = DEFAULT_DELIMITERS) -> str:
     e = d.escape or "\\"
     if e in value:
         value = value.replace(e, f"{e}E{e}")
-    for char, code in ((d.field, "F"), (d.component, "S"), (d.subcomponent, "T"),
-                       (d.repetition, "R"), (d.truncation, "P")):
+    for char, code in (
+        (d.field, "F"),
+        (d.component, "S"),
+        (d.subcomponent, "T"),
+        (d.repetition, "R"),
+        (d.truncation, "P"),
+    ):
         if char and char in value:
             value = value.replace(char, f"{e}{code}{e}")
     if "\r" in value or "\n" in value:
@@ -287,6 +330,7 @@ def escape(value: str, delimiters: Delimiters = DEFAULT_DELIMITERS) -> str:
 
 
 # --- segments and fields --------------------------------------------------------
+
 
 class Repetition:
     """One occurrence of a (possibly repeating) field, split into components on demand."""
@@ -374,7 +418,8 @@ class Segment:
             return []
         if self._is_literal(n):
             return [Repetition(value, self._d, self._codec)]
-        return [Repetition(r, self._d, self._codec) for r in value.split(self._d.repetition)]
+        reps = value.split(self._d.repetition) if self._d.repetition else [value]
+        return [Repetition(r, self._d, self._codec) for r in reps]
 
     def components(self, n: int, rep: int = 1) -> list[str]:
         reps = self.repetitions(n)
@@ -385,7 +430,7 @@ class Segment:
         value = self.raw_field(n)
         if self._is_literal(n):
             return value if c == 1 and rep == 1 else ""
-        if self._d.repetition in value:
+        if self._d.repetition and self._d.repetition in value:
             reps = value.split(self._d.repetition)
             value = reps[rep - 1] if 0 < rep <= len(reps) else ""
         elif rep != 1:
@@ -403,6 +448,7 @@ class Segment:
 
 
 # --- segment splitting and repair -----------------------------------------------
+
 
 @lru_cache(maxsize=32)
 def _glued_segment_pattern(field_sep: str) -> re.Pattern[str]:
@@ -465,8 +511,9 @@ def split_segments(text: str) -> tuple[list[str], Delimiters, list[str]]:
 
 # --- messages -------------------------------------------------------------------
 
+
 def parse_version(version: str) -> tuple[int, ...]:
-    """"2.5.1" -> (2, 5, 1); () when the text is not a dotted version number."""
+    """Version text as numbers, "2.5.1" -> (2, 5, 1); () when it is not a dotted number."""
     try:
         return tuple(int(p) for p in version.strip().split("."))
     except ValueError:
@@ -479,8 +526,12 @@ class Message:
     __slots__ = ("_index", "_segments", "charset", "delimiters", "warnings")
 
     def __init__(
-        self, segments: list[Segment], delimiters: Delimiters, *,
-        charset: str | None = None, warnings: list[str] | None = None,
+        self,
+        segments: list[Segment],
+        delimiters: Delimiters,
+        *,
+        charset: str | None = None,
+        warnings: list[str] | None = None,
     ) -> None:
         if not segments or segments[0].id != "MSH":
             raise HL7ParseError("a message must start with an MSH segment", "MSH", error_code=100)
@@ -492,12 +543,20 @@ class Message:
 
     @classmethod
     def from_lines(
-        cls, lines: list[str], delimiters: Delimiters, *,
-        charset: str | None = None, warnings: list[str] | None = None,
+        cls,
+        lines: list[str],
+        delimiters: Delimiters,
+        *,
+        charset: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Message:
         codec = charset or "utf-8"
-        return cls([Segment(line, delimiters, codec) for line in lines], delimiters,
-                   charset=charset, warnings=warnings)
+        return cls(
+            [Segment(line, delimiters, codec) for line in lines],
+            delimiters,
+            charset=charset,
+            warnings=warnings,
+        )
 
     def segments(self, segment_id: str | None = None) -> list[Segment]:
         """All segments, or those with the given ID, in message order."""
@@ -575,7 +634,8 @@ def parse(raw: bytes | str) -> Message:
     if lines[0][:3] != "MSH":
         raise HL7ParseError(
             f"expected MSH, found {lines[0][:3]} (batch files are read with hl7_gateway.batch)",
-            "MSH", error_code=100,
+            "MSH",
+            error_code=100,
         )
     return Message.from_lines(lines, delimiters, charset=codec, warnings=warnings + repairs)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hl7_samples import SAMPLES_DIR, sample_bytes, sample_files
 
 from hl7_gateway.batch import parse_batch, split_batch
 from hl7_gateway.parser import (
@@ -18,9 +17,11 @@ from hl7_gateway.parser import (
     read_msh_leniently,
     unescape,
 )
+from tests.hl7_gateway.hl7_samples import SAMPLES_DIR, sample_bytes, sample_files
 
 ADT = (
-    "MSH|^~\\&|REG|GOOD HEALTH|EHR|GOOD HEALTH|20240301101500+0100||ADT^A01^ADT_A01|MSG-7781|P|2.5.1\r"
+    "MSH|^~\\&|REG|GOOD HEALTH|EHR|GOOD HEALTH|20240301101500+0100||ADT^A01^ADT_A01|MSG-7781|P|"
+    "2.5.1\r"
     "EVN|A01|20240301101500+0100\r"
     "PID|1||884422^^^GHH^MR~123-45-6789^^^SSA^SS||Okafor^Chidinma^N||19870412|F\r"
     "PV1|1|I|WARD4^402^B\r"
@@ -28,6 +29,7 @@ ADT = (
 
 
 # --- every public sample ------------------------------------------------------------
+
 
 @pytest.mark.skipif(not SAMPLES_DIR.is_dir(), reason=f"HL7 samples not found at {SAMPLES_DIR}")
 @pytest.mark.parametrize("path", sample_files(), ids=lambda p: p.name[:2])
@@ -102,8 +104,20 @@ def test_obr_wrapped_mid_phone_number_is_joined_without_a_space() -> None:
 
 def test_whole_message_on_one_line_separated_by_spaces_is_split_into_segments() -> None:
     msg = parse(sample_bytes("19"))
-    assert [s.id for s in msg] == ["MSH", "EVN", "PID", "NK1", "PV1", "GT1", "DG1",
-                                   "IN1", "IN2", "IN1", "IN2", "IN1"]
+    assert [s.id for s in msg] == [
+        "MSH",
+        "EVN",
+        "PID",
+        "NK1",
+        "PV1",
+        "GT1",
+        "DG1",
+        "IN1",
+        "IN2",
+        "IN1",
+        "IN2",
+        "IN1",
+    ]
     assert msg.msh.field(12) == "2.3"
     pid = msg.segment("PID")
     assert pid.component(3, 1) == "10006579"
@@ -210,6 +224,7 @@ def test_invalid_processing_id_still_parses() -> None:
 
 # --- separators and structure ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("separator", ["\r", "\n", "\r\n", "\n\n", "\r\n\r\n"])
 def test_segment_separators_are_normalised(separator: str) -> None:
     msg = parse(ADT.replace("\r", separator))
@@ -225,7 +240,15 @@ def test_utf8_bom_is_stripped_from_bytes_and_text() -> None:
 def test_field_numbering_counts_the_separator_as_msh_1() -> None:
     msh = parse(ADT).msh
     assert [msh.field(n) for n in (1, 2, 3, 7, 9, 10, 11, 12)] == [
-        "|", "^~\\&", "REG", "20240301101500+0100", "ADT^A01^ADT_A01", "MSG-7781", "P", "2.5.1"]
+        "|",
+        "^~\\&",
+        "REG",
+        "20240301101500+0100",
+        "ADT^A01^ADT_A01",
+        "MSG-7781",
+        "P",
+        "2.5.1",
+    ]
     assert msh.component(2, 1) == "^~\\&"  # MSH-2 is never split into components
     assert msh.field(40) == ""
 
@@ -240,9 +263,11 @@ def test_absent_fields_components_and_repetitions_read_as_empty() -> None:
 
 
 def test_custom_encoding_characters_from_msh_2() -> None:
-    raw = ("MSH*%$!@*LAB*CLINIC*EHR*CLINIC*20240301**ORU%R01*ID 9*P*2.4\r"
-           "PID*1**7788%%%CLINIC%MR$9900%%%SSA%SS**Ng%Mai!S!Anh\r"
-           "OBX*1*ST*GLU%Glucose**5!F!6 mmol/L ratio@x\r")
+    raw = (
+        "MSH*%$!@*LAB*CLINIC*EHR*CLINIC*20240301**ORU%R01*ID 9*P*2.4\r"
+        "PID*1**7788%%%CLINIC%MR$9900%%%SSA%SS**Ng%Mai!S!Anh\r"
+        "OBX*1*ST*GLU%Glucose**5!F!6 mmol/L ratio@x\r"
+    )
     msg = parse(raw)
     assert msg.delimiters == Delimiters("*", "%", "$", "!", "@")
     assert msg.msh.field(2) == "%$!@"
@@ -268,8 +293,9 @@ def test_v27_truncation_character_and_escape() -> None:
     assert msg.segment("NTE").field(3) == "cut here#"
 
 
-@pytest.mark.parametrize("version", ["2.2", "2.3", "2.3.1", "2.4", "2.5", "2.5.1", "2.6", "2.7",
-                                     "2.7.1", "2.8"])
+@pytest.mark.parametrize(
+    "version", ["2.2", "2.3", "2.3.1", "2.4", "2.5", "2.5.1", "2.6", "2.7", "2.7.1", "2.8"]
+)
 def test_every_supported_version_reads_the_same_way(version: str) -> None:
     msg = parse(ADT.replace("|2.5.1\r", f"|{version}\r"))
     assert msg.version == version
@@ -283,21 +309,25 @@ def test_to_er7_serialises_repaired_segments_with_cr() -> None:
 
 # --- escapes --------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("encoded", "text"), [
-    ("a\\F\\b", "a|b"),
-    ("a\\S\\b", "a^b"),
-    ("a\\T\\b", "a&b"),
-    ("a\\R\\b", "a~b"),
-    ("C:\\E\\temp", "C:\\temp"),
-    ("line 1\\.br\\line 2", "line 1\nline 2"),
-    ("\\X48656C6C6F\\", "Hello"),
-    ("caf\\XC3A9\\", "café"),
-    ("\\H\\IMPORTANT\\N\\ note", "IMPORTANT note"),
-    ("\\.sp 2\\after", "\n\nafter"),
-    ("keep \\Zlocal\\ as is", "keep \\Zlocal\\ as is"),
-    ("dangling \\ escape", "dangling \\ escape"),
-    ("no escapes at all", "no escapes at all"),
-])
+
+@pytest.mark.parametrize(
+    ("encoded", "text"),
+    [
+        ("a\\F\\b", "a|b"),
+        ("a\\S\\b", "a^b"),
+        ("a\\T\\b", "a&b"),
+        ("a\\R\\b", "a~b"),
+        ("C:\\E\\temp", "C:\\temp"),
+        ("line 1\\.br\\line 2", "line 1\nline 2"),
+        ("\\X48656C6C6F\\", "Hello"),
+        ("caf\\XC3A9\\", "café"),
+        ("\\H\\IMPORTANT\\N\\ note", "IMPORTANT note"),
+        ("\\.sp 2\\after", "\n\nafter"),
+        ("keep \\Zlocal\\ as is", "keep \\Zlocal\\ as is"),
+        ("dangling \\ escape", "dangling \\ escape"),
+        ("no escapes at all", "no escapes at all"),
+    ],
+)
 def test_unescape(encoded: str, text: str) -> None:
     assert unescape(encoded) == text
 
@@ -323,16 +353,20 @@ def test_values_are_unescaped_when_read_not_when_parsed() -> None:
 
 # --- errors and lenient header reading ------------------------------------------------
 
-@pytest.mark.parametrize(("raw", "field"), [
-    (b"", None),
-    (b"   \r\n", None),
-    (b"PID|1||123\r", None),
-    (b"MSH", 1),
-    (b"MSH|", 1),
-    (b"MSH|AB12|app\r", 2),
-    (b"MSH||app\r", 2),
-    (b"MSHA^~\\&|app\r", 1),
-])
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b"", None),
+        (b"   \r\n", None),
+        (b"PID|1||123\r", None),
+        (b"MSH", 1),
+        (b"MSH|", 1),
+        (b"MSH|AB12|app\r", 2),
+        (b"MSH||app\r", 2),
+        (b"MSHA^~\\&|app\r", 1),
+    ],
+)
 def test_input_without_a_usable_msh_raises_a_located_parse_error(
     raw: bytes, field: int | None
 ) -> None:
@@ -351,7 +385,11 @@ def test_read_msh_leniently_reads_a_header_with_broken_encoding_characters() -> 
     msh = read_msh_leniently(b"\x0bMSH|AB12|LAB|NORTH|EHR|SOUTH|20240101||ORU^R01|CTL-5|P|2.4\r")
     assert msh is not None
     assert (msh.field(3), msh.field(6), msh.field(10), msh.field(12)) == (
-        "LAB", "SOUTH", "CTL-5", "2.4")
+        "LAB",
+        "SOUTH",
+        "CTL-5",
+        "2.4",
+    )
 
 
 def test_read_msh_leniently_finds_the_header_after_junk_and_in_truncated_bytes() -> None:
@@ -369,6 +407,7 @@ def test_encode_message_follows_msh_18() -> None:
 
 # --- batches --------------------------------------------------------------------------
 
+
 def test_vinah_batch_file_is_split_into_its_message() -> None:
     batch_file = parse_batch(sample_bytes("27"))
     assert batch_file.header is not None
@@ -385,8 +424,10 @@ def test_vinah_batch_file_is_split_into_its_message() -> None:
 
 def test_batch_with_two_batches_and_a_wrong_count_reports_it() -> None:
     second = ADT.replace("MSG-7781", "MSG-7782")
-    raw = ("FHS|^~\\&|REG|GOOD HEALTH\rBHS|^~\\&|REG\r" + ADT + second + "BTS|3\r"
-           "BHS|^~\\&|REG\r" + ADT.replace("MSG-7781", "MSG-7783") + "BTS|1\rFTS|2\r")
+    raw = (
+        "FHS|^~\\&|REG|GOOD HEALTH\rBHS|^~\\&|REG\r" + ADT + second + "BTS|3\r"
+        "BHS|^~\\&|REG\r" + ADT.replace("MSG-7781", "MSG-7783") + "BTS|1\rFTS|2\r"
+    )
     batch_file = parse_batch(raw.replace("\r", "\n").encode())
     assert [len(b.messages) for b in batch_file.batches] == [2, 1]
     assert [m.control_id for m in batch_file.messages] == ["MSG-7781", "MSG-7782", "MSG-7783"]
@@ -395,3 +436,17 @@ def test_batch_with_two_batches_and_a_wrong_count_reports_it() -> None:
 
 def test_single_message_read_as_a_batch() -> None:
     assert [m.control_id for m in split_batch(ADT)] == ["MSG-7781"]
+
+
+def test_msh_2_with_missing_encoding_characters_reads_without_them() -> None:
+    msg = parse("MSH|^|A|B|C|D|20240101||ADT^A01|X|P|2.3\rPID|1||12^^^H~34||a\\b\r")
+    pid = msg.segment("PID")
+    assert pid.component(3, 4) == "H~34"  # no repetition separator declared
+    assert len(pid.repetitions(3)) == 1
+    assert pid.field(5) == "a\\b"  # no escape character declared
+
+
+def test_each_message_in_a_batch_uses_its_own_encoding_characters() -> None:
+    custom = "MSH|%~\\&|LAB|X|EHR|Y|20240301||ORU%R01|B-2|P|2.4\rPID|1||77%%%X%MR\r"
+    batch_file = parse_batch("BHS|^~\\&|LAB\r" + ADT + custom + "BTS|2\r")
+    assert [m.segment("PID").component(3, 1) for m in batch_file.messages] == ["884422", "77"]
