@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import os
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -26,11 +28,19 @@ def serve(
     from platform_api.app import create_app
 
     overrides = {k: v for k, v in {"http_host": host, "http_port": port}.items() if v}
+    if "HEALTHPLATFORM_MLLP_ENABLED" not in os.environ:
+        overrides["mllp_enabled"] = True  # serving means serving HL7 too, unless told not to
     settings = Settings(**overrides)  # type: ignore[arg-type]
-    console.print(f"[bold]healthplatform[/] on http://{settings.http_host}:{settings.http_port}"
-                  f" (store {settings.store_url})")
+    tls = bool(settings.tls_cert_file and settings.tls_key_file)
+    console.print(f"[bold]healthplatform[/] on http{'s' if tls else ''}://{settings.http_host}:"
+                  f"{settings.http_port} (store {settings.store_url})")
+    if settings.mllp_enabled:
+        console.print(f"HL7v2 MLLP{' over TLS' if tls else ''} on "
+                      f"{settings.mllp_host}:{settings.mllp_port}")
     uvicorn.run(create_app(settings), host=settings.http_host, port=settings.http_port,
-                loop="uvloop", http="httptools", access_log=False, log_level="warning")
+                loop="uvloop", http="httptools", access_log=False, log_level="warning",
+                log_config=None, ssl_certfile=settings.tls_cert_file or None,
+                ssl_keyfile=settings.tls_key_file or None)
 
 
 @app.command("create-admin")
@@ -65,6 +75,37 @@ def create_admin(
 
     user_id = asyncio.run(run())
     console.print(f"[green]SUPER:ADMIN[/] {email} ({user_id})")
+
+
+hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
+app.add_typer(hl7, name="hl7")
+
+
+@hl7.command("send")
+def hl7_send(
+    files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                                       help="Files of v2 messages (one, several, or a "
+                                            "FHS/BHS batch)"),
+    host: str = typer.Option("127.0.0.1", help="MLLP host"),
+    port: int = typer.Option(2575, help="MLLP port"),
+    tls: bool = typer.Option(False, help="Use TLS"),
+    ca_file: str | None = typer.Option(None, help="CA bundle to verify the server (TLS)"),
+    insecure: bool = typer.Option(False, help="Do not verify the server certificate (TLS)"),
+    timeout: float = typer.Option(30.0, help="Seconds to wait for each acknowledgement"),
+) -> None:
+    """Send HL7 v2 messages over MLLP and print each acknowledgement (exit 1 on any NAK)."""
+    from hl7_gateway.send import client_tls_context, send_files
+
+    context = client_tls_context(ca_file, verify=not insecure) if tls else None
+    results = asyncio.run(send_files(files, host, port, tls=context, timeout=timeout))
+    for sent in results:
+        codes = "/".join(sent.codes) or ("-" if sent.error is None else "ERROR")
+        colour = "green" if sent.accepted else "red"
+        console.print(f"[{colour}]{codes:6}[/] {sent.source} {sent.control_id}")
+        for text in ([sent.error] if sent.error else []) + sent.problems():
+            console.print(f"       {text}")
+    if not all(sent.accepted for sent in results):
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

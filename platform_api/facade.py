@@ -14,7 +14,9 @@ pagination and an access rule; routes that are not plain CRUD are small function
 the facade that use ``Facade.load`` / ``Facade.save`` and a :class:`StatusTable`.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: the route functions built in
+# ``Facade.routes`` annotate their bodies with the facade's own models, which FastAPI must
+# see as classes, not as strings it cannot resolve from this module's globals.
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +67,7 @@ class StatusTable:
     moves: Mapping[str, frozenset[str]]
 
     @classmethod
-    def of(cls, **moves: Sequence[str]) -> StatusTable:
+    def of(cls, **moves: Sequence[str]) -> "StatusTable":
         return cls({state.replace("_", "-"): frozenset(nxt) for state, nxt in moves.items()})
 
     def check(self, current: str, target: str) -> None:
@@ -176,11 +178,12 @@ class Facade:
                          summary=f"Create a {self.name}")
             async def create_route(request: Request, body: create_model,  # type: ignore[valid-type]
                                    principal: Principal = Depends(current_principal)) -> Any:
+                payload: BaseModel = body
                 services = services_of(request)
                 if not await facade.access.write(principal, None, services):
                     raise forbidden()
                 ctx = MappingContext(principal, services)
-                return created(await facade.create(body.model_dump(exclude_unset=True), ctx))
+                return created(await facade.create(payload.model_dump(exclude_unset=True), ctx))
 
         if "get" in ops:
             @router.get("/{resource_id}", response_model=view_env,
@@ -199,9 +202,10 @@ class Facade:
             async def update_route(request: Request, resource_id: str,
                                    body: update_model,  # type: ignore[valid-type]
                                    principal: Principal = Depends(current_principal)) -> Any:
+                payload: BaseModel = body
                 ctx = MappingContext(principal, services_of(request))
-                return ok(await facade.update(resource_id, body.model_dump(exclude_unset=True),
-                                              ctx))
+                return ok(await facade.update(resource_id,
+                                              payload.model_dump(exclude_unset=True), ctx))
 
         if "delete" in ops:
             @router.delete("/{resource_id}", summary=f"Delete a {self.name}")

@@ -55,7 +55,7 @@ class MemberView(BaseModel):
 
 
 def organization_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -> JSON:
-    org = dict(existing) if existing else {"resourceType": "Organization", "active": True}
+    org: JSON = dict(existing) if existing else {"resourceType": "Organization", "active": True}
     if "name" in payload:
         org["name"] = payload["name"]
     if payload.get("type") is not None:

@@ -117,7 +117,7 @@ def _set_telecom(patient: JSON, system: str, value: str | None, use: str | None)
 
 
 def patient_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -> JSON:
-    patient = orjson.loads(orjson.dumps(existing)) if existing else {
+    patient: JSON = orjson.loads(orjson.dumps(existing)) if existing else {
         "resourceType": "Patient", "active": True}
     if "first_name" in payload or "last_name" in payload:
         name = _official_name(patient)
@@ -134,7 +134,7 @@ def patient_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -
         _set_telecom(patient, "phone", payload["phone"], "mobile")
     if "email" in payload:
         _set_telecom(patient, "email", payload["email"] and str(payload["email"]), None)
-    identifiers = patient.get("identifier", [])
+    identifiers: list[JSON] = patient.get("identifier", [])
     if ctx.extra.get("user_id"):
         identifiers.append({"system": USER_SYSTEM, "value": ctx.extra["user_id"]})
     if ctx.extra.get("mrn") and ctx.extra.get("organization_id"):
@@ -149,7 +149,7 @@ def patient_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -
         patient.setdefault("managingOrganization", {"reference": f"Organization/{org_id}"})
     if identifiers:
         patient["identifier"] = identifiers
-    return patient  # type: ignore[no-any-return]
+    return patient
 
 
 def patient_from_fhir(patient: JSON, organization_id: str | None = None) -> JSON:
