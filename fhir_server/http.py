@@ -10,6 +10,7 @@ import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.requests import Request
@@ -17,9 +18,13 @@ from starlette.responses import Response
 
 from fhir_server.outcome import FhirError, Issue, information, operation_outcome
 from fhir_server.store import (
+    ConditionChanged,
+    InvalidSearch,
+    MultipleMatches,
     ResourceExists,
     ResourceGone,
     ResourceNotFound,
+    SearchTooCostly,
     StoredResource,
     StoreError,
     VersionConflict,
@@ -52,7 +57,7 @@ def check_format(request: Request) -> None:
 
 async def read_json_body(request: Request) -> Any:
     content_type = request.headers.get("content-type", FHIR_JSON).split(";")[0].strip().lower()
-    if content_type and content_type not in _JSON_TYPES and content_type != "application/json-patch+json":
+    if content_type and content_type not in (*_JSON_TYPES, "application/json-patch+json"):
         raise FhirError.of(415, "not-supported",
                            f"Content-Type {content_type!r} is not supported; use {FHIR_JSON}")
     raw = await request.body()
@@ -146,7 +151,35 @@ def store_error_to_fhir(exc: StoreError) -> FhirError:
         return FhirError.of(412, "conflict", f"Version conflict: {exc}")
     if isinstance(exc, ResourceExists):
         return FhirError.of(409, "duplicate", str(exc))
+    if isinstance(exc, MultipleMatches):
+        return FhirError.of(412, "multiple-matches", str(exc))
+    if isinstance(exc, SearchTooCostly):
+        return FhirError.of(400, "too-costly", str(exc))
+    if isinstance(exc, InvalidSearch):
+        return FhirError.of(400, "invalid", str(exc))
+    if isinstance(exc, ConditionChanged):
+        return FhirError.of(409, "conflict", f"A concurrent write changed the match: {exc}")
     return FhirError.of(500, "exception", "The store refused the operation")
+
+
+def conditional_criteria(request: Request) -> list[tuple[str, str]]:
+    """The search criteria of a conditional update/delete/patch (``[type]?criteria``)."""
+    return [(k, v) for k, v in request.query_params.multi_items()
+            if k not in ("_format", "_pretty")]
+
+
+def if_none_exist(request: Request) -> list[tuple[str, str]] | None:
+    """The criteria of ``If-None-Exist`` (``identifier=sys|val``, the query without ``?``)."""
+    header = request.headers.get("if-none-exist")
+    if header is None:
+        return None
+    return parse_query(header)
+
+
+def parse_query(query: str) -> list[tuple[str, str]]:
+    """``a=1&b=2`` (optionally with a leading ``Type?`` or ``?``) → [(a, 1), (b, 2)]."""
+    query = query.split("?", 1)[1] if "?" in query else query
+    return parse_qsl(query, keep_blank_values=True)
 
 
 def outcome_response(status: int, diagnostics: str, code: str = "informational",

@@ -2,24 +2,36 @@
 
 It validates, assigns ids, extracts search-index values, and stages the write in a unit of
 work, so versioning, indexing and events happen once, in one place, whether the caller is
-the FHIR REST API, an /api facade or the HL7v2 gateway.
+the FHIR REST API, an /api facade or the HL7v2 gateway. It also owns the search-parameter
+registry in use (built-ins plus the custom SearchParameters activated by the last
+reindex), parses searches into plans, and runs the conditional interactions and
+batch/transaction bundles (:mod:`fhir_server.interactions.transaction`).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonpatch
 import orjson
 
 from fhir_server.outcome import FhirError
+from fhir_server.search.custom import REFRESH_SECONDS, active_registry, active_version
+from fhir_server.search.extract import IndexExtractor
+from fhir_server.search.plan import MAX_COUNT, SearchError, SearchPlan, parse_search
+from fhir_server.search.registry import SearchRegistry, builtin_registry
 from fhir_server.store import (
+    Condition,
+    ConditionChanged,
     IndexRows,
+    MultipleMatches,
     ResourceGone,
     ResourceNotFound,
     ResourceStore,
+    SearchPage,
     StoredResource,
     UnitOfWork,
     VersionConflict,
@@ -28,6 +40,9 @@ from fhir_server.store.port import StagedWrite
 from fhir_server.validation import check_id, is_resource_type, validate_resource
 
 Indexer = Callable[[dict[str, Any]], IndexRows]
+MAX_CONDITIONAL_DELETE = 100  # resources one conditional delete may remove
+CONDITION_RETRIES = 3  # a condition that changed under us is resolved again this often
+MAX_SEARCH_RESULTS = 10_000  # FhirService.search() returns at most this many resources
 
 
 def new_id() -> str:
@@ -35,9 +50,31 @@ def new_id() -> str:
 
 
 class FhirService:
-    def __init__(self, store: ResourceStore, *, indexer: Indexer | None = None):
+    def __init__(self, store: ResourceStore, *, indexer: Indexer | None = None,
+                 registry: SearchRegistry | None = None):
         self.store = store
-        self.indexer = indexer
+        self.registry = registry or builtin_registry()
+        # An explicit indexer (tests, tools) is kept; otherwise the registry's extractor,
+        # rebuilt whenever a reindex activates new definitions.
+        self._own_indexer = indexer is None
+        self.indexer: Indexer | None = indexer or IndexExtractor(self.registry)
+        self._registry_checked = 0.0
+
+    # -- the registry in use -------------------------------------------------------------
+    async def refresh_registry(self, *, force: bool = False) -> SearchRegistry:
+        """Follow a reindex done by any process (checked at most every couple of seconds)."""
+        now = time.monotonic()
+        if not force and now - self._registry_checked < REFRESH_SECONDS:
+            return self.registry
+        self._registry_checked = now
+        if await active_version(self.store) != self.registry.version:
+            self.use_registry(await active_registry(self.store))
+        return self.registry
+
+    def use_registry(self, registry: SearchRegistry) -> None:
+        self.registry = registry
+        if self._own_indexer:
+            self.indexer = IndexExtractor(registry)
 
     # -- reads -----------------------------------------------------------------------
     async def read(self, resource_type: str, resource_id: str, version: int | None = None
@@ -59,26 +96,76 @@ class FhirService:
         if not is_resource_type(resource_type):
             raise FhirError.of(404, "not-supported", f"Unknown resource type {resource_type!r}")
 
+    # -- search ------------------------------------------------------------------------
+    async def parse(self, resource_types: Sequence[str], params: Sequence[tuple[str, str]], *,
+                    strict: bool = False, base_url: str = "", all_types: bool = False
+                    ) -> SearchPlan:
+        """Parse search parameters into a plan; a bad search is a 400 OperationOutcome."""
+        registry = await self.refresh_registry()
+        try:
+            return parse_search(registry, resource_types, params, strict=strict,
+                                base_url=base_url, all_types=all_types)
+        except SearchError as exc:
+            code = "not-supported" if "not supported" in str(exc) or "unknown" in str(exc) \
+                else "invalid"
+            raise FhirError.of(400, code, str(exc), *([exc.parameter] if exc.parameter else [])
+                               ) from None
+
+    async def search_page(self, plan: SearchPlan) -> SearchPage:
+        return await self.store.search(plan)
+
+    async def search(self, resource_type: str, params: list[tuple[str, str]]
+                     ) -> list[dict[str, Any]]:
+        """The current resources matching a search, as dicts (all pages, in order).
+
+        ``await fhir.search("Patient", [("identifier", "sys|val")])``. Unknown parameters
+        are an error here (a lookup that silently ignored its criteria would match
+        everything).
+        """
+        self.check_type(resource_type)
+        plan = await self.parse([resource_type], params, strict=True)
+        plan.count = MAX_COUNT
+        found: list[dict[str, Any]] = []
+        while True:
+            page = await self.store.search(plan)
+            found += [orjson.loads(s.body) for s in page.resources]
+            if page.next is None or len(found) >= MAX_SEARCH_RESULTS:
+                return found[:MAX_SEARCH_RESULTS]
+            plan.cursor = page.next
+
+    async def match_ids(self, resource_type: str, params: Sequence[tuple[str, str]],
+                        limit: int) -> list[str]:
+        """Ids of up to ``limit`` resources matching a condition (conditional interactions
+        and transaction references: strict, an unknown parameter is an error)."""
+        if not params:
+            raise FhirError.of(400, "invalid", "A conditional request needs search criteria")
+        plan = await self.parse([resource_type], params, strict=True)
+        plan.count, plan.total = limit, "none"
+        return [s.id for s in (await self.store.search(plan)).resources]
+
     # -- staged writes (callers own the unit of work) ----------------------------------
     def stage_create(self, uow: UnitOfWork, resource: dict[str, Any], *,
-                     resource_id: str | None = None) -> StagedWrite:
+                     resource_id: str | None = None, expected_type: str | None = None,
+                     condition: Condition | None = None) -> StagedWrite:
         """Validate and stage a create with a server-assigned id (FHIR ignores a client id
-        on POST)."""
-        validate_resource(resource)
+        on POST). With a ``condition`` the commit creates only when nothing matches."""
+        validate_resource(resource, expected_type)
         resource = dict(resource)
         resource["id"] = resource_id or new_id()
         return uow.create(resource["resourceType"], resource["id"], resource,
-                          index=self._index(resource), method="POST")
+                          index=self._index(resource), method="POST", condition=condition)
 
     def stage_update(self, uow: UnitOfWork, resource: dict[str, Any], *,
-                     if_match: int | None = None, method: str = "PUT") -> StagedWrite:
-        validate_resource(resource)
+                     if_match: int | None = None, method: str = "PUT",
+                     expected_type: str | None = None, condition: Condition | None = None,
+                     ) -> StagedWrite:
+        validate_resource(resource, expected_type)
         resource_id = resource.get("id")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
                                f"{resource['resourceType']}.id")
         return uow.update(resource["resourceType"], resource_id, resource, if_match=if_match,
-                          index=self._index(resource), method=method)
+                          index=self._index(resource), method=method, condition=condition)
 
     def _index(self, resource: dict[str, Any]) -> IndexRows | None:
         return self.indexer(resource) if self.indexer is not None else None
@@ -86,36 +173,102 @@ class FhirService:
     # -- one-shot writes -----------------------------------------------------------------
     async def create(self, resource: dict[str, Any], *, expected_type: str | None = None
                      ) -> StoredResource:
-        validate_resource(resource, expected_type)
+        await self.refresh_registry()
         async with self.store.unit_of_work() as uow:
-            staged = self.stage_create(uow, resource)
+            staged = self.stage_create(uow, resource, expected_type=expected_type)
             await uow.commit()
         assert staged.result is not None
         return staged.result
+
+    async def conditional_create(self, resource: dict[str, Any],
+                                 criteria: Sequence[tuple[str, str]], *,
+                                 expected_type: str | None = None
+                                 ) -> tuple[StoredResource, bool]:
+        """Create unless a resource matches ``criteria`` (If-None-Exist); returns
+        (stored, created). The match is checked inside the commit, so two identical
+        requests at once create one resource."""
+        resource_type = expected_type or str(resource.get("resourceType", ""))
+        self.check_type(resource_type)
+        if not criteria:
+            raise FhirError.of(400, "invalid", "If-None-Exist needs search criteria")
+        plan = await self.parse([resource_type], criteria, strict=True)
+        async with self.store.unit_of_work() as uow:
+            staged = self.stage_create(uow, resource, expected_type=expected_type,
+                                       condition=Condition(plan))
+            await uow.commit()
+        assert staged.result is not None
+        return staged.result, not staged.existing
 
     async def update(self, resource_type: str, resource_id: str, resource: dict[str, Any], *,
                      if_match: int | None = None) -> tuple[StoredResource, bool]:
         """Update (or create with the client's id); returns (stored, created)."""
         self.check_type(resource_type)
         check_id(resource_id)
-        validate_resource(resource, resource_type)
-        body_id = resource.get("id")
-        if body_id is None:
-            raise FhirError.of(400, "required", "The resource in an update must carry its id",
-                               f"{resource_type}.id")
-        if body_id != resource_id:
-            raise FhirError.of(400, "invalid",
-                               f"The body's id {body_id!r} does not match the URL's id "
-                               f"{resource_id!r}", f"{resource_type}.id")
+        await self.refresh_registry()
+        if isinstance(resource, dict) and resource.get("resourceType") == resource_type:
+            body_id = resource.get("id")
+            if body_id is None:
+                raise FhirError.of(400, "required", "The resource in an update must carry its id",
+                                   f"{resource_type}.id")
+            if body_id != resource_id:
+                raise FhirError.of(400, "invalid",
+                                   f"The body's id {body_id!r} does not match the URL's id "
+                                   f"{resource_id!r}", f"{resource_type}.id")
         async with self.store.unit_of_work() as uow:
-            staged = self.stage_update(uow, resource, if_match=if_match)
+            staged = self.stage_update(uow, resource, if_match=if_match,
+                                       expected_type=resource_type)
             await uow.commit()
         assert staged.result is not None
         return staged.result, staged.result.version == 1
 
+    async def conditional_update(self, resource_type: str, criteria: Sequence[tuple[str, str]],
+                                 resource: dict[str, Any], *, if_match: int | None = None
+                                 ) -> tuple[StoredResource, bool]:
+        """``PUT [type]?criteria`` (R4 3.1.0.4.3): no match creates (with the body's id
+        when it has one), one match is updated (a different body id is a 400), several
+        are a 412. Returns (stored, created)."""
+        self.check_type(resource_type)
+        if isinstance(resource, dict) and resource.get("id") is not None:
+            check_id(str(resource["id"]))
+        for _attempt in range(CONDITION_RETRIES):
+            ids = await self.match_ids(resource_type, criteria, limit=2)
+            if len(ids) > 1:
+                raise MultipleMatches(resource_type, len(ids))
+            body = dict(resource) if isinstance(resource, dict) else resource
+            if ids and isinstance(body, dict):
+                if body.get("id") not in (None, ids[0]):
+                    raise FhirError.of(400, "invalid",
+                                       f"The body's id {body['id']!r} is not the id of the "
+                                       f"matching resource {ids[0]!r}", f"{resource_type}.id")
+                body["id"] = ids[0]
+            elif isinstance(body, dict):
+                body["id"] = body.get("id") or new_id()
+            plan = await self.parse([resource_type], criteria, strict=True)
+            try:
+                async with self.store.unit_of_work() as uow:
+                    staged = self.stage_update(uow, body, if_match=if_match,
+                                               expected_type=resource_type,
+                                               condition=Condition(plan, tuple(ids)))
+                    await uow.commit()
+            except ConditionChanged:
+                continue
+            assert staged.result is not None
+            return staged.result, staged.result.version == 1
+        raise FhirError.of(409, "conflict", "The matching resources kept changing; retry")
+
     async def patch(self, resource_type: str, resource_id: str, operations: Any, *,
                     if_match: int | None = None) -> StoredResource:
         """Apply a JSON Patch (RFC 6902) to the current version and store the result."""
+        await self.refresh_registry()
+        async with self.store.unit_of_work() as uow:
+            staged = await self.stage_patch(uow, resource_type, resource_id, operations,
+                                            if_match=if_match)
+            await uow.commit()
+        assert staged.result is not None
+        return staged.result
+
+    async def stage_patch(self, uow: UnitOfWork, resource_type: str, resource_id: str,
+                          operations: Any, *, if_match: int | None = None) -> StagedWrite:
         current = await self.read(resource_type, resource_id)
         if if_match is not None and if_match != current.version:
             raise VersionConflict(resource_type, resource_id, if_match, current.version)
@@ -129,12 +282,8 @@ class FhirService:
                                ) from None
         if patched.get("resourceType") != resource_type or patched.get("id") != resource_id:
             raise FhirError.of(422, "processing", "A patch may not change resourceType or id")
-        async with self.store.unit_of_work() as uow:
-            # Guard against a concurrent write between our read and this commit.
-            staged = self.stage_update(uow, patched, if_match=current.version, method="PATCH")
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result
+        # Guard against a concurrent write between our read and the commit.
+        return self.stage_update(uow, patched, if_match=current.version, method="PATCH")
 
     async def delete(self, resource_type: str, resource_id: str, *,
                      if_match: int | None = None) -> StoredResource:
@@ -147,3 +296,28 @@ class FhirService:
             await uow.commit()
         assert staged.result is not None
         return staged.result
+
+    async def conditional_delete(self, resource_type: str, criteria: Sequence[tuple[str, str]]
+                                 ) -> list[StoredResource]:
+        """``DELETE [type]?criteria``: every match (up to MAX_CONDITIONAL_DELETE) in one
+        commit; returns the tombstones (none when nothing matched)."""
+        self.check_type(resource_type)
+        ids = await self.match_ids(resource_type, criteria, limit=MAX_CONDITIONAL_DELETE + 1)
+        if len(ids) > MAX_CONDITIONAL_DELETE:
+            raise FhirError.of(412, "too-costly",
+                               f"More than {MAX_CONDITIONAL_DELETE} {resource_type} resources "
+                               "match; narrow the criteria")
+        async with self.store.unit_of_work() as uow:
+            staged = [uow.delete(resource_type, i) for i in ids]
+            await uow.commit()
+        return [s.result for s in staged if s.result is not None]
+
+    # -- bundles -----------------------------------------------------------------------
+    async def transaction(self, bundle: dict[str, Any], *, base_url: str = "",
+                          prefer: str | None = None) -> dict[str, Any]:
+        """Process a ``transaction`` (all or nothing) or ``batch`` Bundle; returns the
+        ``transaction-response`` / ``batch-response`` Bundle. Usable from Python (the
+        HL7v2 gateway submits each message this way) as well as from ``POST /fhir``."""
+        from fhir_server.interactions.transaction import process_bundle
+
+        return await process_bundle(self, bundle, base_url=base_url, prefer=prefer)

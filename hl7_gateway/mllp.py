@@ -6,6 +6,10 @@ resilience to framing errors, oversize messages and idle peers, optional TLS via
 standard `ssl.SSLContext`. What a message means is the handler's business; when the
 handler cannot answer (it raised) or the message is too large to hand over, the server
 answers itself with a NAK built from whatever MSH could be read (`hl7_gateway.ack`).
+
+A handler may answer a message with several frames (enhanced mode: the commit ACK, then
+the application ACK) or none (MSH-15/16 asked for none); the client reads, for each
+message it sent, the frames its MSH-15/16 call for (`MLLPClient.exchange`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,19 @@ import contextlib
 import logging
 import ssl as ssl_module
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from hl7_gateway.ack import ErrorDetail, Outcome, build_failure_ack
-from hl7_gateway.parser import HL7ParseError, encode_message, parse, read_msh_leniently
+from hl7_gateway.ack import (
+    AckMode,
+    ErrorDetail,
+    Outcome,
+    ack_mode,
+    application_ack_required,
+    build_failure_ack,
+    commit_ack_required,
+)
+from hl7_gateway.parser import HL7ParseError, Segment, encode_message, parse, read_msh_leniently
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -44,8 +56,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _OVERSIZE_HEAD_BYTES = 8192
 _READ_CHUNK = 64 * 1024
 
-Handler = Callable[[bytes], Awaitable[bytes | str | None]]
-"""Receives one de-framed message, returns the reply (None: send nothing back)."""
+Reply = bytes | str
+Handler = Callable[[bytes], Awaitable[Reply | Sequence[Reply] | None]]
+"""Receives one de-framed message, returns the reply, several replies in order, or None
+(send nothing back)."""
+# How long the client waits for an acknowledgement that may or may not come (MSH-15/16
+# ER or SU: sent only on error / on success), once the ones that must come are in.
+DEFAULT_LINGER = 0.5
 
 
 class MLLPError(Exception):
@@ -155,9 +172,17 @@ def _as_bytes(reply: bytes | str) -> bytes:
     return reply if isinstance(reply, bytes) else encode_message(reply)
 
 
-def _failure_reply(raw: bytes, detail: ErrorDetail, outcome: Outcome) -> bytes | None:
+def _failure_reply(raw: bytes, detail: ErrorDetail, outcome: Outcome) -> list[bytes]:
     ack = build_failure_ack(raw, detail, outcome)
-    return None if ack is None else encode_message(ack)
+    return [] if ack is None else [encode_message(ack)]
+
+
+def _frames(reply: Reply | Sequence[Reply] | None) -> list[bytes]:
+    if reply is None:
+        return []
+    if isinstance(reply, bytes | str):
+        return [_as_bytes(reply)]
+    return [_as_bytes(r) for r in reply]
 
 
 class MLLPServer:
@@ -253,9 +278,9 @@ class MLLPServer:
         decoder = FrameDecoder(self._max)
         while data := await self._read(reader, peer):
             for event in decoder.feed(data):
-                reply = await self._reply_to(event, peer)
-                if reply is not None:
-                    writer.write(frame(reply))
+                replies = await self._reply_to(event, peer)
+                if replies:
+                    writer.write(b"".join(frame(r) for r in replies))
                     # A peer that stops reading our replies is as dead as a silent one.
                     async with asyncio.timeout(self._idle_timeout):
                         await writer.drain()
@@ -269,10 +294,10 @@ class MLLPServer:
             logger.info("closing MLLP connection from %s: idle for %ss", peer, self._idle_timeout)
             return b""
 
-    async def _reply_to(self, event: Event, peer: object) -> bytes | None:
+    async def _reply_to(self, event: Event, peer: object) -> list[bytes]:
         if isinstance(event, FramingError):
             logger.warning("MLLP framing error from %s: %s", peer, event.reason)
-            return None
+            return []
         if isinstance(event, Oversize):
             logger.warning("MLLP message from %s exceeds %d bytes; rejected", peer, event.limit)
             detail = ErrorDetail(199, f"message exceeds the {event.limit}-byte limit")
@@ -284,30 +309,71 @@ class MLLPServer:
             logger.exception("MLLP handler failed on a message from %s", peer)
             detail = ErrorDetail(207, "internal error while processing the message")
             return _failure_reply(event.payload, detail, Outcome.REJECT)
-        return None if reply is None else _as_bytes(reply)
+        return _frames(reply)
 
 
 # --- client -----------------------------------------------------------------------
 
 
+def _header_of(message: bytes) -> Segment | None:
+    """The message's MSH, read as the receiver will (wrapped lines repaired)."""
+    try:
+        return parse(message).msh
+    except HL7ParseError:
+        return read_msh_leniently(message)
+
+
 def _control_id(message: bytes) -> str:
-    msh = read_msh_leniently(message)
+    msh = _header_of(message)
     return msh.field(10) if msh is not None else ""
 
 
-def _acknowledged_id(reply: bytes) -> str:
+def _msa(reply: bytes) -> tuple[str, str]:
+    """(MSA-1, MSA-2) of a reply; empty strings when it has no readable MSA."""
     try:
         msa = parse(reply).segment("MSA")
     except HL7ParseError:
-        return ""
-    return msa.field(2) if msa is not None else ""
+        return "", ""
+    return (msa.field(1), msa.field(2)) if msa is not None else ("", "")
+
+
+_APPLICATION_CODES = frozenset({"AA", "AE", "AR"})
+_DONE, _NEED, _MAYBE = "done", "need", "maybe"
+
+
+def _any_all(flags: list[bool]) -> str:
+    return _NEED if all(flags) else _MAYBE if any(flags) else _DONE
+
+
+def _state(msh: Segment | None, codes: list[str]) -> str:
+    """Whether more acknowledgements are due for a message whose replies so far have
+    these MSA-1 codes: done, need (one must come), maybe (one comes on some outcomes)."""
+    if msh is None or ack_mode(msh) is AckMode.ORIGINAL:
+        return _DONE if codes else _NEED
+    if any(c in _APPLICATION_CODES for c in codes) or any(c in {"CE", "CR"} for c in codes):
+        return _DONE  # the application ACK is the last; a failed commit has none after it
+    if "CA" in codes:
+        return _any_all([application_ack_required(msh, o) for o in (Outcome.ACCEPT,
+                                                                     Outcome.ERROR)])
+    # Nothing yet. The outcomes a receiver can have: accepted, application error after a
+    # safe commit, commit failed, rejected; each implies its own set of ACKs.
+    return _any_all([
+        commit_ack_required(msh, Outcome.ACCEPT) or application_ack_required(msh, Outcome.ACCEPT),
+        commit_ack_required(msh, Outcome.ACCEPT) or application_ack_required(msh, Outcome.ERROR),
+        commit_ack_required(msh, Outcome.ERROR),
+        commit_ack_required(msh, Outcome.REJECT),
+    ])
 
 
 class MLLPClient:
     """One persistent MLLP connection; replies are matched to messages in order.
 
-    With `check_ack_id` a reply whose MSA-2 names another control id than the message
-    just sent raises `MLLPError`: a late ACK must not be taken for the next message's.
+    For each message the client reads the acknowledgements its MSH-15/16 call for: one
+    in original mode; in enhanced mode the commit ACK and/or the application ACK. Where
+    an ACK comes only on some outcomes (ER, SU), the client waits ``linger`` seconds for
+    it once the certain ones are in. With ``check_ack_id`` a reply whose MSA-2 names
+    another control id than the message just sent raises `MLLPError`: a late ACK must
+    not be taken for the next message's.
     """
 
     def __init__(
@@ -320,16 +386,19 @@ class MLLPClient:
         timeout: float | None = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         check_ack_id: bool = True,
+        linger: float = DEFAULT_LINGER,
     ) -> None:
         self._host, self._port, self._ssl = host, port, ssl
         self._server_hostname = server_hostname
         self._timeout = timeout
         self._max = max_message_bytes
         self._check_ack_id = check_ack_id
+        self._linger = linger
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._decoder = FrameDecoder(max_message_bytes)
         self._replies: deque[bytes] = deque()
+        self._answered: deque[str] = deque(maxlen=256)
         self._lock = asyncio.Lock()
 
     async def connect(self) -> None:
@@ -360,11 +429,25 @@ class MLLPClient:
         await self.close()
 
     async def send(self, message: bytes | str) -> bytes:
-        """Send one message and return the payload of the framed reply."""
+        """Send one message and return the payload of its (first) acknowledgement."""
         return (await self.send_many([message]))[0]
 
     async def send_many(self, messages: Iterable[bytes | str]) -> list[bytes]:
-        """Send messages back to back without waiting (pipelined); replies in order."""
+        """Send messages back to back without waiting (pipelined); first replies in order."""
+        payloads = [_as_bytes(m) for m in messages]
+        exchanges = await self.exchange_many(payloads)
+        for payload, replies in zip(payloads, exchanges, strict=True):
+            if not replies:
+                raise MLLPError(f"no acknowledgement for {_control_id(payload)!r} "
+                                "(its MSH-15/16 did not require one)")
+        return [replies[0] for replies in exchanges]
+
+    async def exchange(self, message: bytes | str) -> list[bytes]:
+        """Send one message; return every acknowledgement it gets, in order (maybe none)."""
+        return (await self.exchange_many([message]))[0]
+
+    async def exchange_many(self, messages: Iterable[bytes | str]) -> list[list[bytes]]:
+        """Send messages back to back (pipelined); each one's acknowledgements, in order."""
         payloads = [_as_bytes(m) for m in messages]
         async with self._lock:
             await self.connect()
@@ -372,30 +455,52 @@ class MLLPClient:
             try:
                 self._writer.write(b"".join(frame(p) for p in payloads))
                 await self._writer.drain()
-                replies = [await self._next_reply() for _ in payloads]
+                return [await self._collect(p) for p in payloads]
             except BaseException:
                 # A reply still in flight would be read as the answer to the next message.
                 await self.close()
                 raise
-        if self._check_ack_id:
-            for payload, reply in zip(payloads, replies, strict=True):
-                self._verify(payload, reply)
+
+    async def _collect(self, payload: bytes) -> list[bytes]:
+        msh = _header_of(payload)
+        sent = msh.field(10) if msh is not None else ""
+        replies: list[bytes] = []
+        codes: list[str] = []
+        while (state := _state(msh, codes)) != _DONE:
+            reply = await self._next_reply(None if state == _NEED else self._linger)
+            if reply is None:
+                break
+            code, acked = _msa(reply)
+            if sent and acked and acked != sent:
+                if acked in self._answered:
+                    logger.warning("late MLLP reply for %r ignored", acked)
+                    continue
+                if state == _MAYBE:
+                    self._replies.appendleft(reply)  # the next message's answer
+                    break
+                if self._check_ack_id:
+                    raise MLLPError(f"reply acknowledges {acked!r}, expected {sent!r}")
+            replies.append(reply)
+            codes.append(code)
+        if sent:
+            self._answered.append(sent)
         return replies
 
-    def _verify(self, payload: bytes, reply: bytes) -> None:
-        sent, acked = _control_id(payload), _acknowledged_id(reply)
-        if sent and acked and sent != acked:
-            raise MLLPError(f"reply acknowledges {acked!r}, expected {sent!r}")
-
-    async def _next_reply(self) -> bytes:
+    async def _next_reply(self, linger: float | None = None) -> bytes | None:
+        """The next reply; with ``linger``, None when none comes within that time."""
         assert self._reader is not None
-        async with asyncio.timeout(self._timeout):
-            while not self._replies:
-                data = await self._reader.read(_READ_CHUNK)
-                if not data:
-                    raise MLLPError("connection closed before a reply arrived")
-                for event in self._decoder.feed(data):
-                    self._take(event)
+        try:
+            async with asyncio.timeout(self._timeout if linger is None else linger):
+                while not self._replies:
+                    data = await self._reader.read(_READ_CHUNK)
+                    if not data:
+                        raise MLLPError("connection closed before a reply arrived")
+                    for event in self._decoder.feed(data):
+                        self._take(event)
+        except TimeoutError:
+            if linger is None:
+                raise
+            return None
         return self._replies.popleft()
 
     def _take(self, event: Event) -> None:

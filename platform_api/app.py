@@ -25,10 +25,12 @@ from fhir_server.outcome import FhirError
 from fhir_server.router import build_fhir_router
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import health, organizations, patients
+from platform_api import admin, developer_keys, health, labs, organizations, patients
+from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
 from platform_api.auth.service import AuthService
+from platform_api.body_limit import BodyLimitMiddleware
 from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import EventBus
@@ -118,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     store = store_from_url(settings.store_url)
     fhir = FhirService(store)
-    auth = AuthService(settings, store)
+    auth = AuthService(settings, store, fhir=fhir)
     bus = EventBus(store)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus)
 
@@ -128,10 +130,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store.add_outbox_listener(bus.wake)
         await auth.start()
         await bus.start()
+        mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
+            if mllp is not None:
+                await mllp.close()
+            await auth.stop()
             await bus.stop()
             await store.close()
 
@@ -145,11 +151,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = services
     install_error_handlers(app)
     install_docs(app)
+    # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
+    app.include_router(build_fhir_router(FhirContext(fhir, settings.base_url),
+                                         authenticate_request))
     app.include_router(health.router)
     app.include_router(auth_router)
     app.include_router(patients.router)
     app.include_router(organizations.router)
-    app.include_router(build_fhir_router(FhirContext(fhir, settings.base_url),
-                                         authenticate_request))
+    app.include_router(developer_keys.router)
+    app.include_router(admin.router)
+    app.include_router(labs.router)
+    # Outermost last: request id → body size (413) → access table (401/403/429) → routes.
+    app.add_middleware(AccessMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, access_log=settings.access_log)
     return app

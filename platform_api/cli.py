@@ -77,6 +77,39 @@ def create_admin(
     console.print(f"[green]SUPER:ADMIN[/] {email} ({user_id})")
 
 
+@app.command()
+def reindex() -> None:
+    """Rebuild the FHIR search index of every resource with the current definitions
+    (after the generated registry or the stored SearchParameter resources changed)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from fhir_server.search.custom import reindex as rebuild
+    from fhir_server.store import store_from_url
+
+    async def run() -> tuple[int, str]:
+        settings = Settings()
+        store = store_from_url(settings.store_url)
+        await store.open()
+        columns = ("[progress.description]{task.description}", BarColumn(),
+                   MofNCompleteColumn(), TimeRemainingColumn())
+        try:
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("Reindexing", total=None)
+                done = 0
+
+                def advance(finished: int, total: int) -> None:
+                    nonlocal done
+                    done = finished
+                    progress.update(task, completed=finished, total=total)
+                registry = await rebuild(store, advance)
+            return done, registry.version
+        finally:
+            await store.close()
+
+    count, version = asyncio.run(run())
+    console.print(f"[green]Reindexed[/] {count} resources (search parameters {version})")
+
+
 hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
 app.add_typer(hl7, name="hl7")
 
@@ -97,13 +130,19 @@ def hl7_send(
     from hl7_gateway.send import client_tls_context, send_files
 
     context = client_tls_context(ca_file, verify=not insecure) if tls else None
-    results = asyncio.run(send_files(files, host, port, tls=context, timeout=timeout))
+    try:
+        results = asyncio.run(send_files(files, host, port, tls=context,
+                                         reply_timeout=timeout))
+    except (OSError, TimeoutError) as exc:
+        console.print(f"[red]cannot reach {host}:{port}[/]: {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
     for sent in results:
         codes = "/".join(sent.codes) or ("-" if sent.error is None else "ERROR")
         colour = "green" if sent.accepted else "red"
-        console.print(f"[{colour}]{codes:6}[/] {sent.source} {sent.control_id}")
+        console.print(f"[{colour}]{codes:6}[/] {sent.source} {sent.control_id}",
+                      soft_wrap=True)
         for text in ([sent.error] if sent.error else []) + sent.problems():
-            console.print(f"       {text}")
+            console.print(f"       {text}", soft_wrap=True)
     if not all(sent.accepted for sent in results):
         raise typer.Exit(1)
 

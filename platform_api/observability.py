@@ -17,10 +17,10 @@ stream per request.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from contextvars import ContextVar
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "JsonFormatter",
     "RequestContextMiddleware",
     "configure_logging",
+    "new_request_id",
     "request_id_var",
 ]
 
@@ -45,6 +46,18 @@ request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
 
 _access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
+
+
+def new_request_id() -> str:
+    """A random UUID (version 4) as 32 hex digits, like ``uuid.uuid4().hex``.
+
+    Built from the bytes directly: ``uuid.UUID`` validation costs a few microseconds a
+    request, several times the rest of the id handling.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4 (RFC 9562, section 5.4)
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10xx
+    return raw.hex()
 
 
 class RequestContextMiddleware:
@@ -71,7 +84,7 @@ class RequestContextMiddleware:
             request_id = incoming_id.decode("ascii")
             request_id_bytes = incoming_id
         else:
-            request_id = uuid.uuid4().hex
+            request_id = new_request_id()
             request_id_bytes = request_id.encode("ascii")
 
         state = scope.get("state")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +17,18 @@ class Settings(BaseSettings):
     http_port: int = 8000
     mllp_host: str = "127.0.0.1"
     mllp_port: int = 2575
+    # HL7v2 gateway (hl7_gateway, platform_api/labs): `healthplatform serve` turns MLLP on
+    # unless HEALTHPLATFORM_MLLP_ENABLED says otherwise; an app built in tests has it off.
+    mllp_enabled: bool = False
+    mllp_max_message_bytes: int = Field(default=16 * 1024 * 1024, gt=0,
+                                        description="Larger MLLP messages are rejected (AR)")
+    mllp_idle_timeout: float = Field(default=300.0, ge=0, description="Seconds before an "
+                                     "idle MLLP connection is closed; 0 keeps it open")
+    hl7_default_timezone: str = Field(default="UTC", description="Zone of v2 times sent "
+                                      "without an offset (IANA name, e.g. Africa/Nairobi)")
+    # TLS for HTTPS and MLLP alike (PEM files); both empty: plain HTTP and MLLP.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     data_dir: Path = Path("./data")
     # Empty means sqlite:///<data_dir>/healthplatform.db
     store: str = ""
@@ -29,6 +42,30 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     access_log: bool = True
     max_body_bytes: int = 10 * 1024 * 1024
+    # Auth: e-mail, MFA, social login, rate limits (platform_api/auth, mailer, rate_limit)
+    service_name: str = Field(default="healthplatform",
+                              description="Name in e-mails and authenticator apps (TOTP issuer)")
+    smtp_host: str = Field(default="", description="SMTP server; empty disables e-mail")
+    smtp_port: int = 587
+    smtp_username: str = ""
+    smtp_password: str = ""
+    smtp_tls: str = Field(default="auto", description="auto | starttls | implicit | none")
+    smtp_from: str = "healthplatform <no-reply@localhost>"
+    smtp_timeout_seconds: float = 10.0
+    web_app_url: str = Field(default="", description="Base of links in e-mails; default "
+                             "public_base_url")
+    password_reset_ttl_seconds: int = 3600
+    email_verification_ttl_seconds: int = 48 * 3600
+    mfa_token_ttl_seconds: int = 300
+    oidc_providers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON: {"<name>": {"issuer": ..., "client_id": ..., '
+        '"jwks_uri"?: ..., "algorithms"?: [...]}}')
+    redis_url: str = Field(default="", description="Redis for shared rate limits; empty: "
+                           "in memory (one process)")
+    rate_limit_enabled: bool = Field(default=True, description="Per-route request limits "
+                                     "(login-failure and MFA-attempt limits always apply)")
+    rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
+                                        'per class, e.g. {"read": "1200/60"}')
 
     @cached_property
     def store_url(self) -> str:

@@ -1,4 +1,6 @@
-"""patch: ``PATCH [base]/[type]/[id]`` with a JSON Patch (``application/json-patch+json``)."""
+"""patch: ``PATCH [base]/[type]/[id]`` with a JSON Patch (``application/json-patch+json``);
+``PATCH [base]/[type]?criteria`` patches the one resource that matches (none: 404,
+several: 412)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from starlette.responses import Response
 
 from fhir_server.http import (
     check_format,
+    conditional_criteria,
     parse_etag,
     prefer_return,
     read_json_body,
@@ -14,6 +17,7 @@ from fhir_server.http import (
 )
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
+from fhir_server.store import MultipleMatches
 
 
 async def patch(ctx: FhirContext, request: Request, resource_type: str, resource_id: str
@@ -27,3 +31,14 @@ async def patch(ctx: FhirContext, request: Request, resource_type: str, resource
     operations = await read_json_body(request)
     stored = await ctx.service.patch(resource_type, resource_id, operations, if_match=if_match)
     return resource_response(stored, prefer=prefer_return(request))
+
+
+async def conditional_patch(ctx: FhirContext, request: Request, resource_type: str
+                            ) -> Response:
+    ctx.service.check_type(resource_type)
+    ids = await ctx.service.match_ids(resource_type, conditional_criteria(request), limit=2)
+    if not ids:
+        raise FhirError.of(404, "not-found", f"No {resource_type} matches the criteria")
+    if len(ids) > 1:
+        raise MultipleMatches(resource_type, len(ids))
+    return await patch(ctx, request, resource_type, ids[0])

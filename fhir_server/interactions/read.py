@@ -5,8 +5,13 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fhir_server.http import FhirResponse, check_format, resource_response, version_headers
-from fhir_server.http import not_modified
+from fhir_server.http import (
+    FhirResponse,
+    check_format,
+    not_modified,
+    resource_response,
+    version_headers,
+)
 from fhir_server.interactions.context import FhirContext
 
 

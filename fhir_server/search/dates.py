@@ -8,7 +8,8 @@ in the store's sortable text form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
+from functools import lru_cache
 
 _DATE = re.compile(
     r"^(?P<y>\d{4})(?:-(?P<m>\d{2})(?:-(?P<d>\d{2})"
@@ -22,8 +23,42 @@ def fmt(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_SECOND = timedelta(seconds=1)
+_ZERO = timedelta(0)
+
+
+def _iso(moment: datetime) -> str:
+    if moment.utcoffset() != _ZERO:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")[:26] + "Z"
+
+
+@lru_cache(maxsize=65536)
 def date_range(value: str) -> tuple[str, str]:
-    """The half-open UTC range ``[lo, hi)`` that a FHIR date/dateTime/instant covers."""
+    """The half-open UTC range ``[lo, hi)`` that a FHIR date/dateTime/instant covers.
+
+    Cached and with fast paths for the two shapes most data has (a full date, a dateTime
+    to the second with a zone): index extraction calls this on every write.
+    """
+    if len(value) == 10 and value[4] == "-" and value[7] == "-":
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return f"{value}T00:00:00.000000Z", f"{day + timedelta(days=1)}T00:00:00.000000Z"
+    if len(value) in (20, 25) and value[10] == "T" and value[16] == ":" and value[19] in "Z+-":
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is not None:
+                return _iso(moment), _iso(moment + _SECOND)
+    return _parse_range(value)
+
+
+def _parse_range(value: str) -> tuple[str, str]:
     match = _DATE.match(value.strip())
     if not match:
         raise ValueError(f"{value!r} is not a FHIR date, dateTime or instant")

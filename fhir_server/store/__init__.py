@@ -5,13 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from fhir_server.store.port import (
+    Condition,
+    ConditionChanged,
     DuplicateDocument,
     HistoryPage,
     IndexRows,
+    InvalidSearch,
+    MultipleMatches,
     ResourceExists,
     ResourceGone,
     ResourceNotFound,
     ResourceStore,
+    SearchPage,
+    SearchTooCostly,
     StoredResource,
     StoreError,
     UnitOfWork,
@@ -28,14 +34,20 @@ def store_from_url(url: str, **kwargs: Any) -> ResourceStore:
 
 
 __all__ = [
+    "Condition",
+    "ConditionChanged",
     "DuplicateDocument",
     "HistoryPage",
     "IndexRows",
+    "InvalidSearch",
+    "MultipleMatches",
     "ResourceExists",
     "ResourceGone",
     "ResourceNotFound",
     "ResourceStore",
     "SQLiteStore",
+    "SearchPage",
+    "SearchTooCostly",
     "StoreError",
     "StoredResource",
     "UnitOfWork",

@@ -6,21 +6,32 @@ contract suite in ``tests/contract/``.
 
 Writes go through a :class:`UnitOfWork`. Its operations are *staged* and applied in one
 atomic step on ``commit()``: version numbers, ``meta.lastUpdated`` and preconditions
-(``If-Match``) are checked and assigned inside that step, so two concurrent writers can
-never both win against the same version.
+(``If-Match``, and the search :class:`Condition` of a conditional create or update) are
+checked and assigned inside that step, so two concurrent writers can never both win
+against the same version, and two identical conditional creates never both create.
+
+Searches arrive as a backend-neutral :class:`~fhir_server.search.plan.SearchPlan`; each
+adapter compiles it against its own index structures and answers a :class:`SearchPage`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from fhir_server.search.plan import Cursor, SearchPlan
 
 JSON = dict[str, Any]
 
 
 class StoreError(Exception):
-    """Base of the errors a store raises; each maps to one HTTP status."""
+    """Base of the errors a store raises; each maps to one HTTP status.
+
+    ``staged`` is the staged write that failed, when a commit fails on one (a transaction
+    bundle names the entry from it)."""
+
+    staged: StagedWrite | None = None
 
 
 class ResourceNotFound(StoreError):
@@ -61,6 +72,28 @@ class DuplicateDocument(StoreError):
     """A document with the same id, or the same value of a unique field, already exists."""
 
 
+class MultipleMatches(StoreError):
+    """A conditional create or update matched more than one resource (HTTP 412)."""
+
+    def __init__(self, resource_type: str, count: int):
+        self.resource_type, self.count = resource_type, count
+        super().__init__(f"The condition matches {count} {resource_type} resources; "
+                         "it must match at most one")
+
+
+class ConditionChanged(StoreError):
+    """What a condition matches changed between resolving it and committing (a concurrent
+    write won); the caller resolves again and retries."""
+
+
+class SearchTooCostly(StoreError):
+    """A search would scan too much; refine it (HTTP 400, issue code too-costly)."""
+
+
+class InvalidSearch(StoreError):
+    """A search the adapter cannot run as asked (HTTP 400)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResource:
     """One version of a resource as stored. ``body`` is the JSON text including ``meta``."""
@@ -86,6 +119,30 @@ class HistoryPage:
 
 
 @dataclass(slots=True)
+class SearchPage:
+    """One page of search results, in order, with keyset cursors to the pages around it."""
+
+    resources: list[StoredResource]
+    included: list[StoredResource] = field(default_factory=list)
+    total: int | None = None  # None when not asked for and not cheap to know
+    next: Cursor | None = None
+    previous: Cursor | None = None
+
+
+@dataclass(slots=True)
+class Condition:
+    """The search a conditional create/update depends on, re-checked inside the commit.
+
+    ``expected_ids``: the ids the caller saw when it resolved the condition before
+    committing (a transaction must rewrite references first); the commit raises
+    :class:`ConditionChanged` when they no longer match. None: decide in the commit.
+    """
+
+    plan: SearchPlan
+    expected_ids: tuple[str, ...] | None = None
+
+
+@dataclass(slots=True)
 class IndexRows:
     """Search-index values extracted from one resource version, per parameter type.
 
@@ -108,26 +165,37 @@ class StagedWrite:
     must_not_exist: bool = False
     method: str = "PUT"
     index: IndexRows | None = None
+    condition: Condition | None = None
     result: StoredResource | None = None
+    # Set by the commit when a conditional create found its match instead of creating.
+    existing: bool = False
 
 
 class UnitOfWork(Protocol):
     """Stage resource writes, documents and outbox events; ``commit`` applies them all."""
 
     async def __aenter__(self) -> UnitOfWork: ...
-    async def __aexit__(self, *exc: object) -> None: ...
+    async def __aexit__(self, exc_type: object, *exc: object) -> None: ...
 
     def create(
         self, resource_type: str, id: str, body: JSON, *, index: IndexRows | None = None,
-        method: str = "POST",
-    ) -> StagedWrite: ...
+        method: str = "POST", condition: Condition | None = None,
+    ) -> StagedWrite:
+        """With a ``condition`` (If-None-Exist): create only when nothing matches; one
+        match makes ``result`` that resource and ``existing`` true; more raise
+        :class:`MultipleMatches`."""
+        ...
 
     def update(
         self, resource_type: str, id: str, body: JSON, *, if_match: int | None = None,
-        index: IndexRows | None = None, method: str = "PUT",
-    ) -> StagedWrite: ...
+        index: IndexRows | None = None, method: str = "PUT", condition: Condition | None = None,
+    ) -> StagedWrite:
+        """With a ``condition`` (conditional update): no match creates ``id``; one match is
+        updated (its id replaces ``id``); more raise :class:`MultipleMatches`."""
+        ...
 
-    def delete(self, resource_type: str, id: str, *, if_match: int | None = None) -> StagedWrite: ...
+    def delete(self, resource_type: str, id: str, *, if_match: int | None = None
+               ) -> StagedWrite: ...
 
     def put_document(self, collection: str, id: str, body: JSON) -> None: ...
     def insert_document(self, collection: str, id: str, body: JSON) -> None: ...
@@ -171,6 +239,23 @@ class ResourceStore(Protocol):
         ...
 
     def unit_of_work(self) -> UnitOfWork: ...
+
+    # --- search -------------------------------------------------------------------------
+    async def search(self, plan: SearchPlan) -> SearchPage:
+        """Run a search plan: one page of current resources, includes and cursors."""
+        ...
+
+    async def count_current(self) -> int:
+        """Current (not deleted) resources of every type: the size of a reindex."""
+        ...
+
+    def iter_current(self, batch: int = 500) -> AsyncIterator[list[StoredResource]]:
+        """Every current resource, in batches (reindex reads through this)."""
+        ...
+
+    async def replace_index(self, items: Sequence[tuple[StoredResource, IndexRows]]) -> None:
+        """Replace the index rows of current resources in one atomic step (reindex)."""
+        ...
 
     def set_unique_document_fields(self, collection: str, fields: Sequence[str]) -> None:
         """Declare fields whose values are unique in a collection (and looked up fast)."""

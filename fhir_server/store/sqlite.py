@@ -7,7 +7,11 @@ Layout (see ARCHITECTURE.md, The store):
 - ``versions``: every version ever written (bodies as JSON text), tombstones included,
   ordered by a global ``seq`` that history paging relies on;
 - ``documents``: platform bookkeeping (users, tokens, keys, dead letters...);
-- ``outbox``: events committed in the same transaction as the writes that caused them.
+- ``outbox``: events committed in the same transaction as the writes that caused them;
+- ``idx_<type>``: search-index rows per parameter type (see ``INDEX_TABLES``), written in
+  the same transaction as the resource version they describe, and ``idx_text`` (FTS5) for
+  ``_text``/``_content``. Searches compile to SQL over them in
+  :mod:`fhir_server.store.sqlite_search`.
 
 Why the calls run inline on the event loop instead of in a thread pool: every statement
 here is an indexed lookup or a single-row write that completes in microseconds (WAL,
@@ -18,39 +22,68 @@ else can interleave between the precondition check and the write.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from fhir_server.search.plan import SearchPlan
 from fhir_server.store.port import (
     JSON,
+    Condition,
+    ConditionChanged,
     DuplicateDocument,
     HistoryPage,
     IndexRows,
+    MultipleMatches,
     ResourceExists,
     ResourceGone,
     ResourceNotFound,
+    SearchPage,
     StagedWrite,
     StoredResource,
+    StoreError,
     VersionConflict,
 )
+from fhir_server.store.sqlite_search import SQLiteSearch
+
+log = logging.getLogger(__name__)
 
 # Index tables: the columns after (rid, type, param). The FHIR search engine produces
 # rows with exactly these shapes (see fhir_server.search.extract).
 INDEX_TABLES: dict[str, tuple[str, ...]] = {
-    "string": ("value",),  # normalized: lower case, accents removed
+    "string": ("value", "exact"),  # value normalized: lower case, accents removed
     "token": ("system", "code", "text"),
-    "date": ("lo", "hi"),  # inclusive range of instants as sortable text
+    "date": ("lo", "hi"),  # half-open range [lo, hi) of UTC instants as sortable text
     "number": ("lo", "hi"),
-    "quantity": ("system", "code", "lo", "hi"),
+    "quantity": ("system", "code", "lo", "hi", "ncode", "nlo", "nhi"),  # n*: UCUM base unit
     "reference": ("target_type", "target_id", "url"),
     "uri": ("value",),
+    "composite": ("system", "code", "vsystem", "vcode", "lo", "hi"),
 }
+# Lookup indexes (besides (rid, param) on every table): each leads with the columns a
+# search compares for equality and ends with rid, so one value's matches come out in rid
+# order (keyset paging streams) and sorted scans walk (type, param, value, rid).
+_LOOKUPS: dict[str, list[str]] = {
+    "string": ["type, param, value, rid"],
+    "token": ["type, param, code, rid"],
+    "date": ["type, param, lo, rid", "type, param, hi, rid"],
+    "number": ["type, param, lo, rid"],
+    "quantity": ["type, param, ncode, nlo"],
+    # target_id first: chains and _has look up many targets at once, compartments all the
+    # references to one target whatever the parameter.
+    "reference": ["target_id, type, param, rid"],
+    "uri": ["type, param, value, rid"],
+    "composite": ["type, param, code, rid"],
+}
+# Bumped when the index tables change shape: open() then rebuilds them empty and asks for
+# ``healthplatform reindex``.
+INDEX_SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
@@ -63,6 +96,7 @@ CREATE TABLE IF NOT EXISTS resources (
     UNIQUE (type, id)
 );
 CREATE INDEX IF NOT EXISTS resources_type_updated ON resources (type, last_updated);
+CREATE INDEX IF NOT EXISTS resources_type_live ON resources (type, deleted);
 CREATE TABLE IF NOT EXISTS versions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     type TEXT NOT NULL,
@@ -109,12 +143,35 @@ def _index_schema() -> str:
             f"CREATE TABLE IF NOT EXISTS idx_{name} "
             f"(rid INTEGER NOT NULL, type TEXT NOT NULL, param TEXT NOT NULL, {cols});"
         )
-        statements.append(f"CREATE INDEX IF NOT EXISTS idx_{name}_rid ON idx_{name} (rid);")
-        lead = {"token": "code", "reference": "target_id", "quantity": "lo"}.get(name, columns[0])
         statements.append(
-            f"CREATE INDEX IF NOT EXISTS idx_{name}_lookup ON idx_{name} (type, param, {lead});"
-        )
+            f"CREATE INDEX IF NOT EXISTS idx_{name}_rid ON idx_{name} (rid, param);")
+        for i, lookup in enumerate(_LOOKUPS[name]):
+            statements.append(
+                f"CREATE INDEX IF NOT EXISTS idx_{name}_lookup{i} ON idx_{name} ({lookup});")
+    statements.append(
+        "CREATE INDEX IF NOT EXISTS idx_reference_url ON idx_reference (type, param, url) "
+        "WHERE url IS NOT NULL;")
+    # rowid = resources.rid; unicode61 folds case and accents like the string index does.
+    statements.append(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS idx_text USING fts5(narrative, content, "
+        "tokenize = 'unicode61 remove_diacritics 2');")
     return "\n".join(statements)
+
+
+def _upgrade_index_schema(conn: sqlite3.Connection) -> bool:
+    """Drop index tables of an older shape; True when the store now needs a reindex."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version >= INDEX_SCHEMA_VERSION:
+        return False
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'idx_%'")]
+    for table in tables:
+        if table.startswith("idx_text_"):
+            continue  # FTS5 shadow tables go with their virtual table
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
+    has_data = conn.execute("SELECT 1 FROM resources LIMIT 1").fetchone() is not None
+    return has_data
 
 
 def now_instant() -> str:
@@ -147,16 +204,17 @@ class SQLiteUnitOfWork:
 
     # -- staging -------------------------------------------------------------------
     def create(self, resource_type: str, id: str, body: JSON, *, index: IndexRows | None = None,
-               method: str = "POST") -> StagedWrite:
+               method: str = "POST", condition: Condition | None = None) -> StagedWrite:
         w = StagedWrite("create", resource_type, id, body, must_not_exist=True, method=method,
-                        index=index)
+                        index=index, condition=condition)
         self._writes.append(w)
         return w
 
     def update(self, resource_type: str, id: str, body: JSON, *, if_match: int | None = None,
-               index: IndexRows | None = None, method: str = "PUT") -> StagedWrite:
+               index: IndexRows | None = None, method: str = "PUT",
+               condition: Condition | None = None) -> StagedWrite:
         w = StagedWrite("update", resource_type, id, body, if_match=if_match, method=method,
-                        index=index)
+                        index=index, condition=condition)
         self._writes.append(w)
         return w
 
@@ -204,6 +262,8 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._unique = {c: tuple(f) for c, f in (unique_document_fields or {}).items()}
         self._outbox_listeners: list[Any] = []
+        self._search: SQLiteSearch | None = None
+        self.needs_reindex = False  # the index schema was rebuilt under existing data
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteStore:
@@ -219,10 +279,17 @@ class SQLiteStore:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
-        conn.execute("PRAGMA cache_size=-65536")
+        conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: the index B-trees stay hot
         conn.execute("PRAGMA temp_store=MEMORY")
-        conn.executescript(_SCHEMA + _index_schema())
+        conn.execute("PRAGMA mmap_size=1073741824")
+        conn.executescript(_SCHEMA)
+        self.needs_reindex = _upgrade_index_schema(conn)
+        if self.needs_reindex:
+            log.warning("search index tables were rebuilt for a new schema: run "
+                        "`healthplatform reindex` so existing resources are searchable")
+        conn.executescript(_index_schema())
         self._conn = conn
+        self._search = SQLiteSearch(conn, self._fetch_rids)
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -285,7 +352,8 @@ class SQLiteStore:
         self, resource_type: str | None, id: str | None, *, since: str | None = None,
         at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,
     ) -> HistoryPage:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if resource_type is not None:
             where.append("type = ?")
             args.append(resource_type)
@@ -348,8 +416,14 @@ class SQLiteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             instant = now_instant()
+            index_rows = _PendingIndex()
             for write in writes:
-                write.result = self._apply_write(conn, write, instant)
+                try:
+                    write.result = self._apply_write(conn, write, instant, index_rows)
+                except StoreError as exc:
+                    exc.staged = write
+                    raise
+            index_rows.flush(conn)
             for op, collection, doc_id, body in documents:
                 self._apply_document(conn, op, collection, doc_id, body)
             if events:
@@ -363,10 +437,38 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             for write in writes:
                 write.result = None
+                write.existing = False
             raise
 
-    def _apply_write(self, conn: sqlite3.Connection, w: StagedWrite, instant: str
-                     ) -> StoredResource:
+    def _resolve_condition(self, conn: sqlite3.Connection, w: StagedWrite
+                           ) -> StoredResource | None:
+        """Settle a conditional write inside the transaction, where no other writer can
+        interleave. Returns the existing match when a conditional create must not write."""
+        assert w.condition is not None and self._search is not None
+        ids = self._search.match_ids(w.condition.plan, limit=2)
+        expected = w.condition.expected_ids
+        if expected is not None and tuple(ids) != tuple(sorted(expected)):
+            raise ConditionChanged(f"{w.resource_type}: the condition now matches {ids}")
+        if len(ids) > 1:
+            raise MultipleMatches(w.resource_type, len(ids))
+        if not ids:
+            return None
+        if w.op == "create":
+            w.existing = True
+            return self._current(conn, w.resource_type, ids[0])
+        w.id = ids[0]  # conditional update: the match is the resource to update
+        return None
+
+    def _apply_write(self, conn: sqlite3.Connection, w: StagedWrite, instant: str,
+                     index_rows: _PendingIndex) -> StoredResource:
+        if w.condition is not None:
+            # Index rows staged earlier in this commit must be visible to the condition.
+            index_rows.flush(conn)
+            existing = self._resolve_condition(conn, w)
+            if existing is not None:
+                return existing
+        if w.op == "create" and w.must_not_exist:
+            return self._insert_new(conn, w, instant, index_rows)
         row = conn.execute(
             "SELECT rid, version, deleted FROM resources WHERE type = ? AND id = ?",
             (w.resource_type, w.id),
@@ -384,14 +486,7 @@ class SQLiteStore:
                                       "DELETE")
             body = b""
         else:
-            assert w.body is not None
-            resource = w.body
-            resource["id"] = w.id
-            meta = dict(resource.get("meta") or {})
-            meta["versionId"] = str(version)
-            meta["lastUpdated"] = instant
-            resource["meta"] = meta
-            body = orjson.dumps(resource)
+            body = _versioned_body(w, version, instant)
         is_deleted = 1 if w.op == "delete" else 0
         conn.execute(
             "INSERT INTO versions (type, id, version, last_updated, deleted, method, body) "
@@ -404,29 +499,105 @@ class SQLiteStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 (w.resource_type, w.id, version, instant, is_deleted),
             ).lastrowid
+            assert rid is not None
         else:
             conn.execute(
                 "UPDATE resources SET version = ?, last_updated = ?, deleted = ? WHERE rid = ?",
                 (version, instant, is_deleted, rid),
             )
-            if row is not None:
-                for table in INDEX_TABLES:
-                    conn.execute(f"DELETE FROM idx_{table} WHERE rid = ?", (rid,))
+            _delete_index(conn, rid, index_rows)
         if w.index is not None and not is_deleted:
-            self._write_index(conn, rid, w.resource_type, w.index)
+            index_rows.add(rid, w.resource_type, w.index)
         return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
                               w.method)
 
-    def _write_index(self, conn: sqlite3.Connection, rid: int | None, resource_type: str,
-                     index: IndexRows) -> None:
-        for table, rows in index.rows.items():
-            columns = INDEX_TABLES[table]
-            marks = ", ".join("?" * (len(columns) + 3))
-            conn.executemany(
-                f"INSERT INTO idx_{table} (rid, type, param, {', '.join(columns)}) "
-                f"VALUES ({marks})",
-                [(rid, resource_type, *r) for r in rows],
-            )
+    @staticmethod
+    def _insert_new(conn: sqlite3.Connection, w: StagedWrite, instant: str,
+                    index_rows: _PendingIndex) -> StoredResource:
+        """A create (POST): the UNIQUE (type, id) constraint is the existence check, which
+        saves a lookup per resource when transaction bundles load thousands."""
+        body = _versioned_body(w, 1, instant)
+        try:
+            rid = conn.execute(
+                "INSERT INTO resources (type, id, version, last_updated, deleted) "
+                "VALUES (?, ?, 1, ?, 0)", (w.resource_type, w.id, instant)).lastrowid
+        except sqlite3.IntegrityError:
+            raise ResourceExists(w.resource_type, w.id) from None
+        assert rid is not None
+        conn.execute(
+            "INSERT INTO versions (type, id, version, last_updated, deleted, method, body) "
+            "VALUES (?, ?, 1, ?, 0, ?, ?)", (w.resource_type, w.id, instant, w.method, body))
+        if w.index is not None:
+            index_rows.add(rid, w.resource_type, w.index)
+        return StoredResource(w.resource_type, w.id, 1, instant, False, body, w.method)
+
+    @staticmethod
+    def _current(conn: sqlite3.Connection, resource_type: str, id: str) -> StoredResource | None:
+        row = conn.execute(
+            "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method "
+            "FROM resources r JOIN versions v "
+            "ON v.type = r.type AND v.id = r.id AND v.version = r.version "
+            "WHERE r.type = ? AND r.id = ?",
+            (resource_type, id),
+        ).fetchone()
+        return _stored(row) if row else None
+
+    # -- search ----------------------------------------------------------------------------
+    async def search(self, plan: SearchPlan) -> SearchPage:
+        if self._search is None:
+            raise RuntimeError("store is not open")
+        return self._search.search(plan)
+
+    def _fetch_rids(self, rids: Sequence[int]) -> list[StoredResource]:
+        """Current versions of ``rids``, in that order (deleted ones left out)."""
+        if not rids:
+            return []
+        found: dict[int, StoredResource] = {}
+        for start in range(0, len(rids), 500):
+            chunk = list(rids[start:start + 500])
+            rows = self.conn.execute(
+                "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method, "
+                "r.rid FROM resources r JOIN versions v "
+                "ON v.type = r.type AND v.id = r.id AND v.version = r.version "
+                f"WHERE r.rid IN ({','.join('?' * len(chunk))}) AND r.deleted = 0", chunk)
+            for row in rows:
+                found[row[7]] = _stored(row[:7])
+        return [found[r] for r in rids if r in found]
+
+    async def count_current(self) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM resources WHERE deleted = 0").fetchone()[0])
+
+    async def iter_current(self, batch: int = 500) -> AsyncIterator[list[StoredResource]]:
+        after = 0
+        while True:
+            rids = [r[0] for r in self.conn.execute(
+                "SELECT rid FROM resources WHERE rid > ? AND deleted = 0 ORDER BY rid LIMIT ?",
+                (after, batch))]
+            if not rids:
+                return
+            after = rids[-1]
+            yield self._fetch_rids(rids)
+
+    async def replace_index(self, items: Sequence[tuple[StoredResource, IndexRows]]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = _PendingIndex()
+            for stored, index in items:
+                found = conn.execute(
+                    "SELECT rid FROM resources WHERE type = ? AND id = ? AND version = ? "
+                    "AND deleted = 0", (stored.resource_type, stored.id, stored.version),
+                ).fetchone()
+                if found is None:
+                    continue  # changed since it was read: that write indexed it already
+                _delete_index(conn, found[0], rows)
+                rows.add(found[0], stored.resource_type, index)
+            rows.flush(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def _apply_document(self, conn: sqlite3.Connection, op: str, collection: str, doc_id: str,
                         body: JSON | None) -> None:
@@ -464,7 +635,8 @@ class SQLiteStore:
 
     def _where(self, collection: str, where: Mapping[str, Any] | None
                ) -> tuple[str, list[Any]]:
-        clauses, args = ["d.collection = ?"], [collection]
+        clauses: list[str] = ["d.collection = ?"]
+        args: list[Any] = [collection]
         for field, value in (where or {}).items():
             if field in self._unique.get(collection, ()) and value is not None:
                 # Unique fields are looked up through their key table (an index, not a scan).
@@ -519,6 +691,60 @@ class SQLiteStore:
         self.conn.executemany(
             "UPDATE outbox SET dispatched = 1 WHERE id = ?", [(i,) for i in event_ids]
         )
+
+
+def _versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
+    """The JSON text of a new version: the staged body with its id and meta set."""
+    assert w.body is not None
+    resource = w.body
+    resource["id"] = w.id
+    meta = dict(resource.get("meta") or {})
+    meta["versionId"] = str(version)
+    meta["lastUpdated"] = instant
+    resource["meta"] = meta
+    return orjson.dumps(resource)
+
+
+class _PendingIndex:
+    """Index rows of one commit, inserted with one executemany per table at the end."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[Any, ...]]] = {}
+        self.rids: set[int] = set()
+
+    def add(self, rid: int, resource_type: str, index: IndexRows) -> None:
+        self.rids.add(rid)
+        for table, values in index.rows.items():
+            out = self.rows.setdefault(table, [])
+            if table == "text":
+                out.extend((rid, *v) for v in values)
+            else:
+                out.extend((rid, resource_type, *v) for v in values)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        for table, values in self.rows.items():
+            if not values:
+                continue
+            if table == "text":
+                conn.executemany(
+                    "INSERT INTO idx_text (rowid, narrative, content) VALUES (?, ?, ?)", values)
+                continue
+            columns = INDEX_TABLES[table]
+            marks = ", ".join("?" * (len(columns) + 3))
+            conn.executemany(
+                f"INSERT INTO idx_{table} (rid, type, param, {', '.join(columns)}) "
+                f"VALUES ({marks})", values)
+        self.rows.clear()
+        self.rids.clear()
+
+
+def _delete_index(conn: sqlite3.Connection, rid: int, pending: _PendingIndex) -> None:
+    """Remove a resource's index rows before it is indexed again."""
+    if rid in pending.rids:
+        pending.flush(conn)  # written twice in one commit: its first rows are still pending
+    for table in INDEX_TABLES:
+        conn.execute(f"DELETE FROM idx_{table} WHERE rid = ?", (rid,))
+    conn.execute("DELETE FROM idx_text WHERE rowid = ?", (rid,))
 
 
 def _safe(field: str) -> str:

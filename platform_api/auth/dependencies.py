@@ -1,4 +1,5 @@
-"""FastAPI dependencies that turn ``Authorization: Bearer <token>`` into a Principal.
+"""FastAPI dependencies that turn ``Authorization: Bearer <token>`` (or ``X-API-Key``)
+into a Principal.
 
 ``current_principal`` (401 without a valid token), ``optional_principal`` (``None``
 without a header, 401 with a bad one: a broken credential is never silently ignored),
@@ -7,7 +8,8 @@ without a header, 401 with a bad one: a broken credential is never silently igno
 
 ``authenticate_request`` does the same outside dependency injection (the FHIR router
 calls it). The principal is kept on ``request.state.principal``, so a request is
-authenticated once however many dependencies ask.
+authenticated once however many dependencies ask; in the app the access middleware
+(:mod:`platform_api.access`) has usually put it there already.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from platform_api.audit import ClientInfo
 from platform_api.auth.errors import missing_token
 from platform_api.auth.principal import Principal
 from platform_api.auth.service import AuthService
-from platform_api.envelope import forbidden
+from platform_api.envelope import ApiError, forbidden
 
 # Declared so /docs shows the lock and the "Authorize" button; parsing is done below,
 # because the scheme's own errors would not use the envelope.
@@ -28,6 +31,14 @@ bearer_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="PASETO",
     description="PASETO v4.public access token from /api/auth/login",
+)
+
+
+api_key_scheme = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    scheme_name="APIKey",
+    description="Developer API key (hpk_<id>.<secret>) from /api/developer/keys",
 )
 
 
@@ -47,15 +58,31 @@ def bearer_token(request: Request) -> str | None:
     return token
 
 
+def client_info(request: Request) -> ClientInfo:
+    """The caller's address and user agent, for the audit trail."""
+    client = request.client
+    return ClientInfo(client.host if client else None, request.headers.get("user-agent"))
+
+
 async def authenticate_request(request: Request) -> Principal:
-    """The caller of this request; raises ApiError 401 (403 for a suspended account)."""
+    """The caller of this request; raises ApiError 401 (403 for a suspended account).
+
+    On a route the access middleware authorized, the principal is already there. Left
+    to authenticate here (a public route asking who calls, a route missing from the
+    access table, an app without the middleware), an API key is accepted only on a
+    public route: a key's reach is what the access table grants, nothing more."""
     principal: Principal | None = getattr(request.state, "principal", None)
     if principal is not None:
         return principal
-    token = bearer_token(request)
-    if token is None:
-        raise missing_token()
-    principal = await auth_service(request).authenticate(token)
+    headers = request.headers
+    principal = await auth_service(request).authenticate_credentials(
+        headers.get("authorization"), headers.get("x-api-key"), client_info(request)
+    )
+    if principal.kind == "api_key":
+        rule = getattr(request.state, "access_rule", None)
+        if rule is None or rule.access != "public":
+            raise ApiError(403, "INSUFFICIENT_SCOPE",
+                           "API keys reach only the routes of the access table")
     request.state.principal = principal
     return principal
 
@@ -63,6 +90,7 @@ async def authenticate_request(request: Request) -> Principal:
 async def current_principal(
     request: Request,
     _credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+    _api_key: str | None = Depends(api_key_scheme),
 ) -> Principal:
     return await authenticate_request(request)
 
@@ -70,8 +98,9 @@ async def current_principal(
 async def optional_principal(
     request: Request,
     _credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+    _api_key: str | None = Depends(api_key_scheme),
 ) -> Principal | None:
-    if "authorization" not in request.headers:
+    if "authorization" not in request.headers and "x-api-key" not in request.headers:
         return None
     return await authenticate_request(request)
 
@@ -101,4 +130,11 @@ async def require_super_admin(principal: Principal = Depends(current_principal))
     """SUPER:ADMIN only (spec: user administration and system health)."""
     if not principal.is_super_admin:
         raise forbidden("This needs a super administrator (SUPER:ADMIN)")
+    return principal
+
+
+async def require_user_session(principal: Principal = Depends(current_principal)) -> Principal:
+    """A person's token, not an API key (managing keys, MFA, the account itself)."""
+    if principal.kind != "user":
+        raise forbidden("This needs a user's access token; API keys cannot do it")
     return principal

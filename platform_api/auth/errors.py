@@ -14,7 +14,7 @@ _BEARER_INVALID = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
 
 def missing_token(
-    message: str = "Authentication required: send Authorization: Bearer <token>",
+    message: str = "Authentication required: send Authorization: Bearer <token> or X-API-Key",
 ) -> ApiError:
     return ApiError(401, "UNAUTHORIZED", message, headers=dict(_BEARER))
 

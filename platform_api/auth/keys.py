@@ -10,6 +10,13 @@ A key is identified by its PASERK id (``k4.pid.…``, a BLAKE2b hash of the publ
 which goes into the token footer as ``{"kid": ...}``. The verifier looks the key up by
 that id itself and fails closed on an unknown id: pyseto, given several keys, would
 try them all and never look at the footer (SMART-CDS-NOTES.md section 3).
+
+Retirement: once a newer key exists, an older key only has to verify the tokens it
+signed before, and those expire within the access-token lifetime. With
+:meth:`KeyRing.retire_after` set, a key whose successor is older than that lifetime
+(plus a minute of clock skew) verifies nothing more, even while its file is still on
+disk. Every process notices a new key file within ``RESCAN_INTERVAL_SECONDS`` and
+starts signing with it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -33,8 +41,11 @@ log = logging.getLogger(__name__)
 
 KEY_GLOB = "ed25519-*.pem"
 # Another process may add a key (rotation, or a concurrent first start); an unknown kid
-# rescans the directory at most this often before the token is refused.
+# rescans the directory at most this often before the token is refused, and signing
+# looks for a newer key as often.
 RESCAN_INTERVAL_SECONDS = 30.0
+RETIREMENT_LEEWAY_SECONDS = 60.0
+_STAMP_FORMAT = "%Y%m%dT%H%M%S%fZ"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,15 @@ class SigningKey:
     path: Path
     secret: KeyInterface  # signs
     public: KeyInterface  # verifies
+
+    @property
+    def created_at(self) -> float:
+        """Epoch seconds from the file name's stamp (the file's mtime if renamed)."""
+        stamp = self.path.stem.removeprefix("ed25519-")
+        try:
+            return datetime.strptime(stamp, _STAMP_FORMAT).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            return self.path.stat().st_mtime
 
 
 def generate_key_file(directory: Path) -> Path:
@@ -100,8 +120,12 @@ class KeyRing:
     def __init__(self, directory: Path):
         self.directory = directory
         self._by_kid: dict[str, SigningKey] = {}
+        self._retired_at: dict[str, float] = {}  # kid -> epoch when a newer key appeared
         self._signing: SigningKey | None = None
         self._scanned_at = 0.0
+        self._names: list[str] = []
+        self._retire_grace: float | None = None
+        self.clock = time.time  # wall clock of retirement (tests move it)
 
     @classmethod
     def load_or_create(cls, directory: Path) -> KeyRing:
@@ -122,8 +146,19 @@ class KeyRing:
             raise RuntimeError(f"no signing key ({KEY_GLOB}) in {self.directory}")
         keys = [load_key_file(p) for p in paths]
         self._by_kid = {k.kid: k for k in keys}
+        self._retired_at = {old.kid: new.created_at for old, new in pairwise(keys)}
         self._signing = keys[-1]
+        self._names = [p.name for p in paths]
         self._scanned_at = time.monotonic()
+
+    def retire_after(self, token_ttl_seconds: float) -> None:
+        """Stop verifying with a key once its tokens must have expired (module doc)."""
+        self._retire_grace = token_ttl_seconds + RETIREMENT_LEEWAY_SECONDS
+
+    def retired(self, kid: str) -> bool:
+        retired_at = self._retired_at.get(kid)
+        return (self._retire_grace is not None and retired_at is not None
+                and self.clock() > retired_at + self._retire_grace)
 
     def rotate(self) -> SigningKey:
         """Add a new key and make it the signing key; older keys keep verifying."""
@@ -135,19 +170,32 @@ class KeyRing:
     def signing_key(self) -> SigningKey:
         if self._signing is None:
             raise RuntimeError("key ring is not loaded")
+        if time.monotonic() - self._scanned_at > RESCAN_INTERVAL_SECONDS:
+            self._rescan_if_changed()
         return self._signing
+
+    def _rescan_if_changed(self) -> None:
+        """Pick up a key another process added; cheap when nothing changed (a listing)."""
+        names = sorted(p.name for p in self.directory.glob(KEY_GLOB))
+        if names != self._names:
+            self._rescan()
+        else:
+            self._scanned_at = time.monotonic()
 
     @property
     def kids(self) -> list[str]:
         return list(self._by_kid)
 
     def verifying_key(self, kid: str) -> KeyInterface | None:
-        """The public key with this PASERK id, or ``None`` (the caller refuses the token)."""
+        """The public key with this PASERK id, or ``None`` (the caller refuses the token):
+        unknown, or retired (:meth:`retired` tells which)."""
         key = self._by_kid.get(kid)
         if key is None and time.monotonic() - self._scanned_at > RESCAN_INTERVAL_SECONDS:
             self._rescan()
             key = self._by_kid.get(kid)
-        return key.public if key is not None else None
+        if key is None or self.retired(kid):
+            return None
+        return key.public
 
     def _rescan(self) -> None:
         """Reload for an unknown kid; a broken directory keeps the keys already loaded."""

@@ -18,30 +18,56 @@ Authenticating a request is on every hot path, so it is mostly memory work:
 
 The principal's roles are the user's *current* roles, not the ``roles`` claim, so a
 demotion does not wait for the token to expire.
+
+The service also composes the rest of the auth area, each in its own module: API keys
+(``api_keys``), TOTP MFA (``mfa``), e-mail links (``recovery``), social login
+(``social``), the audit trail (:mod:`platform_api.audit`) and the rate limiter
+(:mod:`platform_api.rate_limit`). A login whose account has MFA enabled answers
+:class:`MfaRequired` instead of a session; :meth:`complete_mfa_login` finishes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from fhir_server.store import DuplicateDocument, ResourceStore
+from fhir_server.service import FhirService
+from fhir_server.store import DuplicateDocument, ResourceStore, UnitOfWork
+from platform_api.audit import (
+    MINOR_FAILURE,
+    NO_CLIENT,
+    SERIOUS_FAILURE,
+    AuditRecord,
+    AuditTrail,
+    ClientInfo,
+)
 from platform_api.auth import users
+from platform_api.auth.api_keys import ApiKeys
 from platform_api.auth.errors import (
     account_suspended,
     email_taken,
     invalid_credentials,
     invalid_refresh_token,
     invalid_token,
+    missing_token,
     token_expired,
+    validation_error,
 )
 from platform_api.auth.keys import KeyRing
+from platform_api.auth.mfa import MFA_TOKEN_PREFIX, MfaService, commit_code
+from platform_api.auth.one_time import OneTimeTokens
 from platform_api.auth.passwords import PasswordHashing
 from platform_api.auth.principal import SUPER_ADMIN, Principal
-from platform_api.auth.refresh import RefreshTokens
+from platform_api.auth.recovery import AccountEmails
+from platform_api.auth.refresh import TOKENS as REFRESH_TOKENS
+from platform_api.auth.refresh import RefreshTokens, token_hash
+from platform_api.auth.secretbox import SecretBox
+from platform_api.auth.social import OidcVerifier, SocialLogin
 from platform_api.auth.tokens import (
     AccessClaims,
     AccessTokenCodec,
@@ -49,11 +75,16 @@ from platform_api.auth.tokens import (
     IssuedToken,
     rfc3339,
 )
-from platform_api.envelope import not_found
+from platform_api.envelope import ApiError, not_found
+from platform_api.mailer import Mailer, SmtpConfig
+from platform_api.rate_limit import RateLimiter, limiter_from_settings, rate_limited
 from platform_api.settings import Settings
+
+log = logging.getLogger("healthplatform.auth")
 
 JSON = users.JSON
 REVOKED_TOKENS = "revoked_tokens"
+LOGINS = "user_logins"  # last login per user, apart from the user document (no lost updates)
 USER_CREATED = "platform.auth.user_created"
 SOURCE_SERVICE = "auth"
 
@@ -70,6 +101,14 @@ class TokenPair:
 class LoginResult:
     user: JSON  # the spec's User resource
     tokens: TokenPair
+
+
+@dataclass(frozen=True, slots=True)
+class MfaRequired:
+    """The first factor passed; the login finishes at /api/auth/mfa/challenge."""
+
+    mfa_token: str
+    expires_in: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +155,7 @@ class AuthService:
         settings: Settings,
         store: ResourceStore,
         *,
+        fhir: FhirService | None = None,
         cache_size: int = 10_000,
         recheck_seconds: float = 5.0,
     ):
@@ -124,23 +164,49 @@ class AuthService:
         self.refresh_tokens = RefreshTokens(
             store, settings.refresh_token_ttl_seconds, on_revoke=self._session_revoked
         )
+        # The app's FHIR service, so audit events are validated and indexed like any write.
+        self.fhir = fhir or FhirService(store)
+        self.audit = AuditTrail(self.fhir, settings.token_issuer)
+        self.limiter: RateLimiter = limiter_from_settings(settings.redis_url,
+                                                          settings.rate_limits)
+        self.mailer = Mailer(SmtpConfig(
+            settings.smtp_host, settings.smtp_port, settings.smtp_from,
+            settings.smtp_username, settings.smtp_password, settings.smtp_tls,
+            settings.smtp_timeout_seconds,
+        ))
+        self.api_keys = ApiKeys(store)
+        self.one_time = OneTimeTokens(store)
+        self.oidc = OidcVerifier(settings.oidc_providers)
+        self.emails = AccountEmails(self)
+        self.social = SocialLogin(self)
         self._sessions: BoundedCache[str, _Session] = BoundedCache(cache_size)
         self._users: BoundedCache[str, tuple[_UserState | None, float]] = BoundedCache(cache_size)
         self._revoked = _Revocations()
         self._keys: KeyRing | None = None
         self._codec: AccessTokenCodec | None = None
         self._passwords: PasswordHashing | None = None
+        self._mfa: MfaService | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Load (or create) the signing keys and declare the unique user fields."""
         self.store.set_unique_document_fields(users.COLLECTION, users.UNIQUE_FIELDS)
-        self._keys = await asyncio.to_thread(
-            KeyRing.load_or_create, self.settings.data_dir / "keys"
-        )
+        key_dir = self.settings.data_dir / "keys"
+        self._keys = await asyncio.to_thread(KeyRing.load_or_create, key_dir)
+        self._keys.retire_after(self.settings.access_token_ttl_seconds)
         self._codec = AccessTokenCodec(
             self._keys, self.settings.token_issuer, self.settings.token_audience
         )
         self._passwords = await asyncio.to_thread(PasswordHashing.from_settings, self.settings)
+        box = await asyncio.to_thread(SecretBox.load_or_create, key_dir)
+        self._mfa = MfaService(self.store, box, self.limiter, issuer=self.settings.service_name,
+                               challenge_ttl_seconds=self.settings.mfa_token_ttl_seconds)
+
+    async def stop(self) -> None:
+        """Finish background work (e-mails, usage records) and close connections."""
+        await self.drain()
+        await self.limiter.close()
+        await self.oidc.close()
 
     @property
     def keys(self) -> KeyRing:
@@ -160,6 +226,31 @@ class AuthService:
             raise RuntimeError("AuthService.start() has not been awaited")
         return self._passwords
 
+    @property
+    def mfa(self) -> MfaService:
+        if self._mfa is None:
+            raise RuntimeError("AuthService.start() has not been awaited")
+        return self._mfa
+
+    # -- background work ---------------------------------------------------------------
+    def spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        """Run ``work`` after the response; failures are logged, never lost silently."""
+
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background %s failed", what)
+
+        task = asyncio.get_running_loop().create_task(guarded(), name=what)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for the background work started so far (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background))
+
     # -- accounts ----------------------------------------------------------------------
     async def register(
         self,
@@ -168,11 +259,17 @@ class AuthService:
         first_name: str,
         last_name: str,
         registration_role: str = "PATIENT",
+        *,
+        referral_code: str | None = None,
+        client: ClientInfo = NO_CLIENT,
     ) -> JSON:
-        """Create an account and emit ``platform.auth.user_created``; returns the User."""
+        """Create an account and emit ``platform.auth.user_created``; returns the User.
+
+        A verification e-mail goes out after the response (see ``recovery``)."""
         users.check_email(email)
         users.check_password(password)
         users.check_registration_role(registration_role)
+        referrer = await self.referrer(referral_code)
         if await self.find_user_by_email(email) is not None:
             raise email_taken()
         user = users.new_user(
@@ -181,9 +278,28 @@ class AuthService:
             first_name=first_name,
             last_name=last_name,
             registration_role=registration_role,
+            referred_by=referrer["id"] if referrer else None,
         )
-        await self._insert_user(user)
+        await self.insert_user(user)
+        self.emails.send_verification_later(user)
         return users.public_user(user)
+
+    async def referrer(self, referral_code: str | None) -> JSON | None:
+        if referral_code is None:
+            return None
+        referrer = await self.find_user_by_referral_code(referral_code)
+        if referrer is None or referrer["status"] != users.ACTIVE:
+            raise validation_error("referral_code", "unknown referral code")
+        return referrer
+
+    async def find_user_by_referral_code(self, code: str) -> JSON | None:
+        normalized = users.normalize_referral_code(code)
+        if normalized is None:
+            return None
+        found = await self.store.find_documents(
+            users.COLLECTION, {"referral_code": normalized}, limit=1
+        )
+        return found[0] if found else None
 
     async def create_admin(
         self, email: str, password: str, first_name: str, last_name: str
@@ -205,13 +321,15 @@ class AuthService:
             registration_role=users.ADMIN_REGISTRATION_ROLE,
             roles=[SUPER_ADMIN],
         )
-        await self._insert_user(user)
+        await self.insert_user(user)
         return users.account_view(user), True
 
     async def get_user(self, user_id: str) -> JSON | None:
         """The account view of a user, or ``None``."""
         user = await self.store.get_document(users.COLLECTION, user_id)
-        return users.account_view(user) if user is not None else None
+        if user is None:
+            return None
+        return {**users.account_view(user), "mfa_enabled": await self.mfa.is_active(user_id)}
 
     async def find_user_by_email(self, email: str) -> JSON | None:
         """The stored user document (hash included) by e-mail: one indexed read."""
@@ -220,53 +338,154 @@ class AuthService:
         )
         return found[0] if found else None
 
-    async def set_user_status(self, user_id: str, status: str) -> JSON:
-        """Activate or suspend; suspension also revokes every refresh-token family."""
+    async def set_user_status(
+        self,
+        user_id: str,
+        status: str,
+        *,
+        actor: Principal | None = None,
+        reason: str | None = None,
+        client: ClientInfo = NO_CLIENT,
+    ) -> JSON:
+        """Activate or suspend; suspension also revokes every refresh-token family.
+
+        Refused at once in this process (the user cache is dropped); other processes
+        see it within ``recheck_seconds``."""
         users.check_status(status)
         user = await self._require_user(user_id)
-        saved = await self._save_user({**user, "status": status})
+        details = {"status": status, **({"reason": reason} if reason else {})}
+        record = self._admin_record("user-status-changed", actor, user_id, details, client)
+        saved = await self._save_user({**user, "status": status}, audit=record)
         if status == users.SUSPENDED:
             await self.refresh_tokens.revoke_user(user_id, "account suspended")
         return users.account_view(saved)
 
-    async def set_roles(self, user_id: str, roles: Iterable[str]) -> JSON:
+    async def set_roles(
+        self,
+        user_id: str,
+        roles: Iterable[str],
+        *,
+        actor: Principal | None = None,
+        client: ClientInfo = NO_CLIENT,
+    ) -> JSON:
         """Replace a user's roles (platform roles and ``ORG:<ROLE>``)."""
         user = await self._require_user(user_id)
-        return users.account_view(
-            await self._save_user({**user, "roles": users.check_roles(roles)})
-        )
+        checked = users.check_roles(roles)
+        record = self._admin_record("user-roles-changed", actor, user_id,
+                                    {"roles": ",".join(checked) or "(none)"}, client)
+        return users.account_view(await self._save_user({**user, "roles": checked},
+                                                        audit=record))
+
+    def _admin_record(self, event: str, actor: Principal | None, subject_id: str,
+                      details: dict[str, str], client: ClientInfo) -> AuditRecord:
+        return AuditRecord(event, user_id=actor.user_id if actor else None,
+                           user_email=actor.email if actor else "system",
+                           subject_id=subject_id, details=details, client=client)
 
     def invalidate_user(self, user_id: str) -> None:
         """Forget the cached status and roles (call after writing a user elsewhere)."""
         self._users.discard(user_id)
 
     # -- sessions ----------------------------------------------------------------------
-    async def login(self, email: str, password: str) -> LoginResult:
-        """Check the password and open a session; the same 401 for any wrong pair."""
+    async def login(
+        self, email: str, password: str, client: ClientInfo = NO_CLIENT
+    ) -> LoginResult | MfaRequired:
+        """Check the password and open a session (or an MFA challenge).
+
+        The same 401 for any wrong pair. Ten wrong passwords for one account within the
+        ``login_failure`` window lock it with 429 until the window ends (NIST SP 800-63B
+        5.2.2); a successful login or a password reset clears the count."""
+        account = users.normalize_email(email)
+        locked = await self.limiter.peek("login_failure", f"account:{account}")
+        if not locked.allowed:
+            await self.audit.record(AuditRecord(
+                "login", MINOR_FAILURE, "refused: too many failed logins for this account",
+                user_email=account, client=client))
+            raise rate_limited(locked, "failed logins for this account")
         user = await self.find_user_by_email(email)
         stored_hash = user["password_hash"] if user is not None else None
         if not await self.passwords.verify_async(stored_hash, password) or user is None:
+            await self.limiter.hit("login_failure", f"account:{account}")
+            await self.audit.record(AuditRecord(
+                "login", MINOR_FAILURE, "wrong e-mail or password",
+                user_id=user["id"] if user else None, user_email=account, client=client))
             raise invalid_credentials()
         # Checked after the password, so the status of an account is not disclosed.
         if user["status"] != users.ACTIVE:
+            await self.audit.record(AuditRecord(
+                "login", SERIOUS_FAILURE, "suspended account", user_id=user["id"],
+                user_email=user["email"], client=client))
             raise account_suspended()
+        await self.limiter.reset("login_failure", f"account:{account}")
         user = await self._rehash_if_needed(user, password)
-        return LoginResult(users.public_user(user), await self._open_session(user))
+        return await self.first_factor_passed(user, "password", client)
 
-    async def refresh(self, refresh_token: str) -> LoginResult:
+    async def first_factor_passed(self, user: JSON, method: str, client: ClientInfo
+                                  ) -> LoginResult | MfaRequired:
+        """A password or an ID token was accepted: a session, or an MFA challenge."""
+        if await self.mfa.is_active(user["id"]):
+            challenge = await self.mfa.open_challenge(user["id"], method)
+            return MfaRequired(challenge.mfa_token, challenge.expires_in)
+        record = AuditRecord("login", user_id=user["id"], user_email=user["email"],
+                             client=client, details={"method": method})
+        return LoginResult(users.public_user(user), await self._open_session(user, record))
+
+    async def complete_mfa_login(self, mfa_token: str, code: str,
+                                 client: ClientInfo = NO_CLIENT) -> LoginResult:
+        """Finish a login with its second factor (TOTP or recovery code)."""
+        challenge = await self.mfa.find_challenge(mfa_token)
+        user = await self.store.get_document(users.COLLECTION, challenge["user_id"])
+        if user is None:
+            raise invalid_token("the account no longer exists")
+        if user["status"] != users.ACTIVE:
+            raise account_suspended()
+        try:
+            async with self.store.unit_of_work() as uow:
+                factor = await self.mfa.stage_redeem(challenge, code, uow)
+                refresh_token, family_id = self.refresh_tokens.open_family(uow, user["id"])
+                self._stage_login(uow, user, client, AuditRecord(
+                    "mfa-challenge", user_id=user["id"], user_email=user["email"],
+                    client=client, details={"method": challenge["method"], "factor": factor}))
+                await commit_code(uow)
+        except ApiError as refused:
+            await self.audit.record(AuditRecord(
+                "mfa-challenge", MINOR_FAILURE, refused.message, user_id=user["id"],
+                user_email=user["email"], client=client))
+            raise
+        access = self.issue_access_token(user, session_id=family_id)
+        return LoginResult(users.public_user(user), self._pair(access, refresh_token))
+
+    async def refresh(self, refresh_token: str, client: ClientInfo = NO_CLIENT) -> LoginResult:
         """Rotate a refresh token: a new pair; a reused token revokes the family."""
-        record = await self.refresh_tokens.lookup(refresh_token)
+        try:
+            record = await self.refresh_tokens.lookup(refresh_token)
+        except ApiError as refused:
+            if refused.code == "REFRESH_TOKEN_REUSED":
+                await self._audit_reuse(refresh_token, client)
+            raise
         user = await self.store.get_document(users.COLLECTION, record.user_id)
         if user is None:
             await self.refresh_tokens.revoke_family(record.family_id, "user deleted")
             raise invalid_refresh_token("the account no longer exists")
         if user["status"] != users.ACTIVE:
             raise account_suspended()
-        successor = await self.refresh_tokens.rotate(record)
+        try:
+            successor = await self.refresh_tokens.rotate(record)
+        except ApiError as refused:
+            if refused.code == "REFRESH_TOKEN_REUSED":
+                await self._audit_reuse(refresh_token, client)
+            raise
         access = self.issue_access_token(user, session_id=record.family_id)
         return LoginResult(users.public_user(user), self._pair(access, successor))
 
-    async def logout(self, access_token: str) -> None:
+    async def _audit_reuse(self, refresh_token: str, client: ClientInfo) -> None:
+        doc = await self.store.get_document(REFRESH_TOKENS, token_hash(refresh_token))
+        await self.audit.record(AuditRecord(
+            "token-refresh", SERIOUS_FAILURE,
+            "refresh token reused: the session was revoked",
+            user_id=doc["user_id"] if doc else None, client=client))
+
+    async def logout(self, access_token: str, client: ClientInfo = NO_CLIENT) -> None:
         """Revoke the access token and its refresh-token family."""
         claims = self.codec.verify(access_token)
         async with self.store.unit_of_work() as uow:
@@ -282,9 +501,16 @@ class AuthService:
             )
             if claims.sid is not None:
                 await self.refresh_tokens.revoke_family(claims.sid, "logout", uow)
+            self.audit.stage(uow, AuditRecord("logout", user_id=claims.sub,
+                                              user_email=claims.email, client=client))
             await uow.commit()
         self._revoked.add(self._revoked.jtis, claims.jti, claims.expires_at)
         self._sessions.discard(access_token)
+
+    async def revoke_sessions(self, user_id: str, reason: str) -> None:
+        """End every session of a user (password reset): refresh families and, through
+        them, the access tokens they issued."""
+        await self.refresh_tokens.revoke_user(user_id, reason)
 
     def issue_access_token(
         self, user: JSON, *, session_id: str | None = None, ttl_seconds: int | None = None
@@ -304,6 +530,26 @@ class AuthService:
         return issued
 
     # -- per request -------------------------------------------------------------------
+    async def authenticate_credentials(
+        self, authorization: str | None, api_key: str | None, client: ClientInfo = NO_CLIENT
+    ) -> Principal:
+        """The principal of a request's ``Authorization`` or ``X-API-Key`` header."""
+        if api_key is not None:
+            if authorization is not None:
+                raise invalid_token("send either Authorization or X-API-Key, not both")
+            return await self.authenticate_api_key(api_key, client)
+        if authorization is None:
+            raise missing_token()
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise missing_token("Authorization header must be 'Bearer <token>'")
+        if token.startswith("hpk_"):
+            raise invalid_token("API keys go in the X-API-Key header")
+        if token.startswith(MFA_TOKEN_PREFIX):
+            raise invalid_token("an MFA token only completes a login at /api/auth/mfa/challenge")
+        return await self.authenticate(token)
+
     async def authenticate(self, token: str) -> Principal:
         """The principal of a bearer token; ApiError 401 (or 403 when suspended)."""
         session = self._sessions.get(token)
@@ -329,6 +575,39 @@ class AuthService:
                 user_id=claims.sub, email=state.email, roles=state.roles, token_id=claims.jti
             )
         return session.principal
+
+    async def authenticate_api_key(self, presented: str, client: ClientInfo = NO_CLIENT
+                                   ) -> Principal:
+        """The principal of an ``X-API-Key``: the key's owner, limited to its scopes."""
+        key = await self.api_keys.verify(presented)
+        state = await self._user_state(key["user_id"])
+        if state is None:
+            raise invalid_token("the account owning this API key no longer exists")
+        if state.status != users.ACTIVE:
+            raise account_suspended()
+        if self.api_keys.usage_due(key["id"]):
+            self.spawn(self._record_key_use(key, state, client), "API key usage record")
+        return Principal(user_id=key["user_id"], kind="api_key", email=state.email,
+                         roles=state.roles, scopes=frozenset(key["scopes"]),
+                         token_id=key["id"])
+
+    def audit_refused_api_key(self, presented: str, refusal: ApiError,
+                              client: ClientInfo) -> None:
+        """Record a refused ``X-API-Key`` (after the response; the access middleware
+        calls it while the caller is within its failure budget)."""
+        key_id = presented[4:12] if presented.startswith("hpk_") else None
+        self.spawn(self.audit.record(AuditRecord(
+            "api-key-use", MINOR_FAILURE, refusal.message, api_key_id=key_id, client=client)),
+            "audit of a refused API key")
+
+    async def _record_key_use(self, key: JSON, state: _UserState, client: ClientInfo) -> None:
+        async with self.store.unit_of_work() as uow:
+            self.api_keys.stage_usage(uow, key["id"], client.ip)
+            self.audit.stage(uow, AuditRecord(
+                "api-key-use", user_id=key["user_id"], user_email=state.email,
+                api_key_id=key["id"], api_key_name=key["name"], client=client,
+                description="API key authentication (recorded at most once a minute)"))
+            await uow.commit()
 
     # -- internals ---------------------------------------------------------------------
     def _session_revoked(self, family_id: str) -> None:
@@ -361,23 +640,38 @@ class AuthService:
         self._users.put(user_id, (state, now))
         return state
 
-    async def _open_session(self, user: JSON) -> TokenPair:
+    async def _open_session(self, user: JSON, record: AuditRecord | None = None) -> TokenPair:
         async with self.store.unit_of_work() as uow:
             refresh_token, family_id = self.refresh_tokens.open_family(uow, user["id"])
+            if record is not None:
+                self._stage_login(uow, user, record.client, record)
             await uow.commit()
         return self._pair(self.issue_access_token(user, session_id=family_id), refresh_token)
+
+    def _stage_login(self, uow: UnitOfWork, user: JSON, client: ClientInfo,
+                     record: AuditRecord) -> None:
+        """The audit event and last-login record of a successful login."""
+        self.audit.stage(uow, record)
+        uow.put_document(LOGINS, user["id"], {"id": user["id"], "last_login_at":
+                                              rfc3339(time.time()), "last_login_ip": client.ip})
 
     def _pair(self, access: IssuedToken, refresh_token: str) -> TokenPair:
         expires_in = max(0, round(access.expires_at - time.time()))
         return TokenPair(access.token, refresh_token, expires_in)
 
-    async def _insert_user(self, user: JSON) -> None:
-        """Insert with its creation event; a clash on referral code draws a new one."""
+    async def insert_user(
+        self, user: JSON, also: Callable[[UnitOfWork], None] | None = None
+    ) -> None:
+        """Insert with its creation event; a clash on referral code draws a new one.
+
+        ``also(uow)`` stages more writes in the same unit of work (a social identity)."""
         for _attempt in range(3):
             try:
                 async with self.store.unit_of_work() as uow:
                     uow.insert_document(users.COLLECTION, user["id"], user)
                     uow.emit(USER_CREATED, users.created_event(user), source_service=SOURCE_SERVICE)
+                    if also is not None:
+                        also(uow)
                     await uow.commit()
                 return
             except DuplicateDocument:
@@ -386,9 +680,11 @@ class AuthService:
                 user["referral_code"] = users.new_referral_code()
         raise RuntimeError("could not draw a unique referral code in 3 attempts")
 
-    async def _save_user(self, user: JSON) -> JSON:
+    async def _save_user(self, user: JSON, audit: AuditRecord | None = None) -> JSON:
         async with self.store.unit_of_work() as uow:
             uow.put_document(users.COLLECTION, user["id"], user)
+            if audit is not None:
+                self.audit.stage(uow, audit)
             await uow.commit()
         self.invalidate_user(user["id"])
         return user

@@ -124,9 +124,11 @@ class AccessTokenCodec:
             raise invalid_token(
                 f"{_header_of(token)} tokens are not accepted; expected a PASETO v4.public token"
             )
-        key = self.keys.verifying_key(_untrusted_kid(token))
+        kid = _untrusted_kid(token)
+        key = self.keys.verifying_key(kid)
         if key is None:
-            raise invalid_token("unknown signing key id")
+            raise invalid_token("signing key retired" if self.keys.retired(kid)
+                                else "unknown signing key id")
         try:
             decoded = pyseto.decode(key, token, deserializer=json, aud=self.audience)
         except VerifyError as exc:

@@ -1,10 +1,12 @@
 """User accounts as ``users`` documents, and the data tables that govern them.
 
-Document: ``{id (uuid4), email (lower case, unique), password_hash (argon2id),
-first_name, last_name, registration_role, roles, status, created_at, referral_code
-(unique)}``. Users are platform bookkeeping, not health data: a doctor's or patient's
-clinical identity lives in FHIR Practitioner/Patient resources created by their areas
-(the doctors area reacts to ``platform.auth.user_created``).
+Document: ``{id (uuid4), email (lower case, unique), password_hash (argon2id; ``None``
+for an account made by social login until a password is set), first_name, last_name,
+registration_role, roles, status, created_at, referral_code (unique), referred_by (the
+referrer's user id or ``None``), email_verified}``. Users are platform bookkeeping, not
+health data: a doctor's or patient's clinical identity lives in FHIR Practitioner/Patient
+resources created by their areas (the doctors area reacts to
+``platform.auth.user_created``).
 
 ``registration_role`` records what the person signed up as; it grants nothing.
 ``roles`` is what authorization reads: platform roles (``SUPER:ADMIN``,
@@ -79,6 +81,16 @@ def new_referral_code() -> str:
     return "".join(secrets.choice(_REFERRAL_ALPHABET) for _ in range(REFERRAL_CODE_LENGTH))
 
 
+def normalize_referral_code(code: str) -> str | None:
+    """Upper case without spaces or dashes; ``None`` when it cannot be a code."""
+    normalized = "".join(code.split()).replace("-", "").upper()
+    if len(normalized) != REFERRAL_CODE_LENGTH or any(
+        c not in _REFERRAL_ALPHABET for c in normalized
+    ):
+        return None
+    return normalized
+
+
 def check_registration_role(role: str) -> str:
     if role not in REGISTRATION_ROLES:
         raise validation_error(
@@ -107,11 +119,13 @@ def check_status(status: str) -> str:
 def new_user(
     *,
     email: str,
-    password_hash: str,
+    password_hash: str | None,
     first_name: str,
     last_name: str,
     registration_role: str,
     roles: Iterable[str] = (),
+    referred_by: str | None = None,
+    email_verified: bool = False,
 ) -> JSON:
     return {
         "id": str(uuid.uuid4()),
@@ -124,6 +138,8 @@ def new_user(
         "status": ACTIVE,
         "created_at": rfc3339(time.time()),
         "referral_code": new_referral_code(),
+        "referred_by": referred_by,
+        "email_verified": email_verified,
     }
 
 
@@ -140,6 +156,21 @@ def account_view(user: JSON) -> JSON:
         "status": user["status"],
         "created_at": user["created_at"],
         "referral_code": user.get("referral_code"),
+        "email_verified": bool(user.get("email_verified", False)),
+    }
+
+
+def referral_view(user: JSON) -> JSON:
+    """What anyone holding a referral code may learn: who referred, as a person would
+    say it on a flyer (first name and last initial), nothing that identifies further."""
+    last = str(user.get("last_name", "")).strip()
+    return {
+        "code": user["referral_code"],
+        "valid": True,
+        "referrer": {
+            "first_name": user["first_name"],
+            "last_initial": f"{last[0]}." if last else None,
+        },
     }
 
 

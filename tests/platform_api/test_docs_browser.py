@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from browser_support import launch_chromium, run_server
 from fastapi import FastAPI
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, expect, sync_playwright
 from pydantic import BaseModel
 
 from platform_api.docs import install_docs
 from platform_api.observability import RequestContextMiddleware
+from tests.browser_support import launch_chromium, run_server
 
 pytestmark = pytest.mark.browser
 
@@ -108,3 +108,23 @@ def test_swagger_ui_renders_operations_from_openapi_json_using_only_local_assets
     assert f"{base_url}/docs/static/swagger-ui-bundle.js" in recorder.urls
     assert recorder.urls_leaving_localhost() == []
     assert recorder.errors == []
+
+
+def test_the_real_app_docs_render_every_area_offline(tmp_path, context: BrowserContext) -> None:
+    from platform_api.app import create_app
+    from tests.conftest import make_settings
+
+    recorder = PageRecorder(context)
+    with run_server(create_app(make_settings(tmp_path))) as url:
+        page = context.new_page()
+        response = page.goto(f"{url}/docs")
+        assert response is not None and response.ok
+        expect(page.locator(".opblock-post").filter(has_text="/api/auth/login").first
+               ).to_be_visible()
+        expect(page.locator(".opblock-post").filter(has_text="/api/patients").first
+               ).to_be_visible()
+        expect(page.locator(".opblock").filter(has_text="/fhir/{resource_type}/{resource_id}")
+               .first).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        assert recorder.urls_leaving_localhost() == []
+        assert recorder.errors == []

@@ -138,7 +138,7 @@ async def test_missing_request_id_is_generated_as_uuid4_hex(
 async def test_insane_request_id_is_replaced_by_a_generated_one(
     client: httpx.AsyncClient, logs: LogCapture, insane: bytes
 ) -> None:
-    response = await client.get("/patients/pat-001", headers={"X-Request-ID": insane})
+    response = await client.get("/patients/pat-001", headers=[(b"X-Request-ID", insane)])
 
     request_id = response.headers["x-request-id"]
     assert request_id.encode() != insane

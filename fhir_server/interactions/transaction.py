@@ -1,0 +1,468 @@
+"""transaction: ``POST [base]`` with a ``transaction`` Bundle (R4 3.1.0.11), all or nothing.
+
+Entries are processed in the order the spec prescribes (DELETE, POST, PUT/PATCH, then
+GET/HEAD) whatever their order in the Bundle:
+
+1. *resolve*: every write gets its target id. POST gets a new id (or, with
+   ``ifNoneExist``, the id of the one existing match, and then writes nothing); a
+   conditional PUT/DELETE (``Patient?identifier=...``) finds its match; every ``fullUrl``
+   (``urn:uuid:...`` included) is mapped to ``Type/id``;
+2. *rewrite*: references to those fullUrls, and conditional references such as
+   ``Patient?identifier=sys|val`` (exactly one match required), become ``Type/id``;
+3. *stage and commit* every write in one unit of work: any failure rolls back everything
+   and the OperationOutcome names the entry (``Bundle.entry[3]``). Conditions resolved in
+   step 1 are re-checked inside the commit; if a concurrent write changed what they
+   match, the whole transaction is resolved again (a few times) rather than committing
+   references to the wrong resource;
+4. GET entries run after the commit and see its result.
+
+The answer is a ``transaction-response`` Bundle with one entry per request entry, in the
+request's order: status, location, etag, lastModified and (unless ``Prefer:
+return=minimal``) the resource. Batch bundles are in :mod:`fhir_server.interactions.batch`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fhir_server.bundle import raw
+from fhir_server.http import (
+    FhirResponse,
+    check_format,
+    parse_etag,
+    parse_query,
+    prefer_return,
+    read_json_body,
+    store_error_to_fhir,
+)
+from fhir_server.interactions.search_type import run_search
+from fhir_server.outcome import FhirError, Issue
+from fhir_server.service import FhirService, new_id
+from fhir_server.store import (
+    Condition,
+    ConditionChanged,
+    MultipleMatches,
+    StoredResource,
+    StoreError,
+    UnitOfWork,
+)
+from fhir_server.store.port import StagedWrite
+from fhir_server.validation import check_id, is_resource_type
+
+if TYPE_CHECKING:
+    from fhir_server.interactions.context import FhirContext
+
+_ORDER = {"DELETE": 0, "POST": 1, "PUT": 2, "PATCH": 2, "GET": 3, "HEAD": 3}
+RETRIES = 3
+MAX_ENTRIES = 10_000
+STATUS_TEXT = {200: "200 OK", 201: "201 Created", 204: "204 No Content"}
+
+
+@dataclass
+class Entry:
+    """One request entry, parsed, and what processing decided for it."""
+
+    index: int
+    method: str
+    url: str
+    resource_type: str | None
+    resource_id: str | None = None
+    version: str | None = None  # GET Type/id/_history/vid
+    criteria: list[tuple[str, str]] | None = None  # Type?criteria (conditional or search)
+    resource: Any = None
+    full_url: str | None = None
+    if_match: int | None = None
+    if_none_exist: list[tuple[str, str]] | None = None
+    # decided while processing
+    target_id: str | None = None
+    expected: tuple[str, ...] | None = None
+    existing: StoredResource | None = None
+    staged: list[StagedWrite] = field(default_factory=list)
+    response: dict[str, Any] | None = None
+
+    @property
+    def where(self) -> str:
+        return f"Bundle.entry[{self.index}]"
+
+    def fail(self, error: FhirError | StoreError) -> FhirError:
+        """The error, re-addressed to this entry."""
+        fhir = error if isinstance(error, FhirError) else store_error_to_fhir(error)
+        issues = [Issue(i.severity, i.code, f"{self.where} ({self.method} {self.url}): "
+                                            f"{i.diagnostics}", (self.where, *i.expression))
+                  for i in fhir.issues]
+        return FhirError(fhir.status, issues, fhir.headers)
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+def bundle_entries(bundle: Any, kind: str) -> list[dict[str, Any]]:
+    if not isinstance(bundle, dict) or bundle.get("resourceType") != "Bundle":
+        raise FhirError.of(400, "structure", "POST [base] takes a Bundle", "Bundle")
+    if bundle.get("type") != kind:
+        raise FhirError.of(400, "value", f"Bundle.type must be {kind}", "Bundle.type")
+    entries = bundle.get("entry") or []
+    if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
+        raise FhirError.of(400, "structure", f"Bundle.entry must be a list of at most "
+                           f"{MAX_ENTRIES} entries", "Bundle.entry")
+    return entries
+
+
+def parse_entry(index: int, raw_entry: Any, base_url: str) -> Entry:
+    where = f"Bundle.entry[{index}]"
+    if not isinstance(raw_entry, dict) or not isinstance(raw_entry.get("request"), dict):
+        raise FhirError.of(400, "required", f"{where}.request is missing", f"{where}.request")
+    request = raw_entry["request"]
+    method = str(request.get("method", "")).upper()
+    url = request.get("url")
+    if method not in _ORDER or not isinstance(url, str) or not url:
+        raise FhirError.of(400, "value", f"{where}.request needs a method (GET, HEAD, POST, "
+                           "PUT, PATCH, DELETE) and a url", f"{where}.request")
+    entry = Entry(index, method, url, None, resource=raw_entry.get("resource"),
+                  full_url=raw_entry.get("fullUrl"))
+    _parse_url(entry, url, base_url)
+    try:
+        entry.if_match = parse_etag(request.get("ifMatch"))
+    except FhirError as exc:
+        raise entry.fail(exc) from None
+    if request.get("ifNoneExist"):
+        entry.if_none_exist = parse_query(str(request["ifNoneExist"]))
+    _check_shape(entry)
+    return entry
+
+
+def _parse_url(entry: Entry, url: str, base_url: str) -> None:
+    if base_url and url.startswith(base_url + "/"):
+        url = url[len(base_url) + 1:]
+    elif "://" in url:
+        url = urlsplit(url).path.rsplit("/fhir/", 1)[-1]
+    path, _, query = url.lstrip("/").partition("?")
+    parts = [p for p in path.split("/") if p]
+    if not parts or not is_resource_type(parts[0]):
+        raise entry.fail(FhirError.of(400, "not-supported", f"Unsupported request url {url!r}"))
+    entry.resource_type = parts[0]
+    if len(parts) >= 2:
+        entry.resource_id = parts[1]
+    if len(parts) == 4 and parts[2] == "_history":
+        entry.version = parts[3]
+    elif len(parts) > 2 or (len(parts) == 2 and parts[1].startswith(("$", "_"))):
+        raise entry.fail(FhirError.of(400, "not-supported", f"Unsupported request url {url!r}"))
+    if query or (len(parts) == 1 and entry.method in ("GET", "HEAD", "PUT", "DELETE", "PATCH")):
+        entry.criteria = parse_query(query) if query else []
+
+
+def _check_shape(entry: Entry) -> None:
+    if entry.method in ("POST", "PUT"):
+        if not isinstance(entry.resource, dict):
+            raise entry.fail(FhirError.of(400, "required", "This entry needs a resource"))
+        if entry.resource.get("resourceType") != entry.resource_type:
+            raise entry.fail(FhirError.of(400, "invalid",
+                                          f"The resource is not a {entry.resource_type}"))
+    if entry.method == "POST" and entry.resource_id is not None:
+        raise entry.fail(FhirError.of(400, "invalid", "POST takes a type, not an id"))
+    if entry.method in ("PUT", "PATCH", "DELETE") and entry.resource_id is None \
+            and not entry.criteria:
+        raise entry.fail(FhirError.of(400, "invalid",
+                                      f"{entry.method} needs Type/id or Type?criteria"))
+    if entry.resource_id is not None:
+        try:
+            check_id(entry.resource_id)
+        except FhirError as exc:
+            raise entry.fail(exc) from None
+
+
+# --- references ----------------------------------------------------------------------------
+
+_CONDITIONAL_REFERENCE = re.compile(rb'"reference":("[A-Z][A-Za-z]+\?(?:[^"\\]|\\.)*")')
+
+
+class ReferenceRewriter:
+    """Rewrites fullUrl and conditional references in resources about to be written.
+
+    Works on the compact JSON text: a ``urn:uuid``/``urn:oid`` fullUrl is replaced
+    wherever it occurs as a whole (references, other uri values, the narrative), another
+    fullUrl only where it is a ``reference``; conditional references
+    (``Patient?identifier=...``) are searched and must match exactly one resource.
+    """
+
+    def __init__(self, service: FhirService, ids: dict[str, str]):
+        self.service = service
+        self.urns = {k.encode(): v.encode() for k, v in ids.items() if k.startswith("urn:")}
+        self.urls = {orjson.dumps(k): orjson.dumps(v) for k, v in ids.items()
+                     if not k.startswith("urn:")}
+        self.pattern = re.compile(b"|".join(
+            re.escape(k) + rb"(?![A-Za-z0-9._~-])" for k in
+            sorted(self.urns, key=len, reverse=True))) if self.urns else None
+
+    async def rewrite(self, entry: Entry, resource: dict[str, Any]) -> dict[str, Any]:
+        raw = orjson.dumps(resource)
+        text = raw
+        if self.pattern is not None and b"urn:" in text:
+            text = self.pattern.sub(lambda m: self.urns[m.group(0)], text)
+        for url, target in self.urls.items():
+            text = text.replace(b'"reference":' + url, b'"reference":' + target)
+        if b"?" in text:
+            for match in set(_CONDITIONAL_REFERENCE.findall(text)):
+                reference = orjson.loads(match)
+                resolved = await _resolve_conditional(self.service, entry, reference)
+                text = text.replace(b'"reference":' + match,
+                                    b'"reference":' + orjson.dumps(resolved))
+        return resource if text is raw else orjson.loads(text)  # type: ignore[no-any-return]
+
+
+async def _resolve_conditional(service: FhirService, entry: Entry, reference: str) -> str:
+    resource_type, _, query = reference.partition("?")
+    if not is_resource_type(resource_type):
+        return reference
+    found = await service.match_ids(resource_type, parse_query(query), limit=2)
+    if len(found) != 1:
+        raise entry.fail(FhirError.of(
+            412, "multiple-matches" if found else "not-found",
+            f"The conditional reference {reference!r} matches {len(found)} resources; it "
+            "must match exactly one"))
+    return f"{resource_type}/{found[0]}"
+
+
+# --- the transaction ---------------------------------------------------------------------------
+
+class Transaction:
+    """One transaction Bundle; ``await run()`` answers the transaction-response."""
+
+    def __init__(self, service: FhirService, entries: list[Entry], *, base_url: str,
+                 prefer: str | None):
+        self.service = service
+        self.entries = entries
+        self.base_url = base_url
+        self.prefer = prefer
+
+    async def run(self) -> dict[str, Any]:
+        await self.service.refresh_registry()
+        for _attempt in range(RETRIES):
+            try:
+                await self._attempt()
+            except ConditionChanged:
+                continue  # a concurrent write changed a match: resolve everything again
+            return {"resourceType": "Bundle", "type": "transaction-response",
+                    "entry": [e.response for e in self.entries]}
+        raise FhirError.of(409, "conflict",
+                           "Resources matched by the transaction's conditions kept changing; "
+                           "retry the transaction")
+
+    async def _attempt(self) -> None:
+        for entry in self.entries:
+            entry.target_id, entry.expected, entry.existing = None, None, None
+            entry.staged, entry.response = [], None
+        ordered = sorted(self.entries, key=lambda e: _ORDER[e.method])
+        writes = [e for e in ordered if e.method not in ("GET", "HEAD")]
+        ids: dict[str, str] = {}
+        for entry in writes:
+            await self._resolve(entry, ids)
+        _check_overlaps(writes)
+        rewriter = ReferenceRewriter(self.service, ids)
+        for entry in writes:
+            if entry.method in ("POST", "PUT") and entry.existing is None:
+                entry.resource = await rewriter.rewrite(entry, entry.resource)
+        async with self.service.store.unit_of_work() as uow:
+            for entry in writes:
+                await self._stage(uow, entry)
+            try:
+                await uow.commit()
+            except ConditionChanged:
+                raise
+            except StoreError as exc:
+                raise self._failed_entry(exc).fail(exc) from None
+        for entry in writes:
+            entry.response = self._write_response(entry)
+        for entry in ordered:
+            if entry.method in ("GET", "HEAD"):
+                entry.response = await read_entry(self.service, entry, self.base_url)
+
+    def _failed_entry(self, exc: StoreError) -> Entry:
+        for entry in self.entries:
+            if exc.staged is not None and any(s is exc.staged for s in entry.staged):
+                return entry
+        return self.entries[0]
+
+    # -- step 1: resolve targets ------------------------------------------------------------
+    async def _resolve(self, entry: Entry, ids: dict[str, str]) -> None:
+        service, kind = self.service, entry.resource_type
+        assert kind is not None
+        try:
+            if entry.method == "POST":
+                entry.target_id = new_id()
+                if entry.if_none_exist is not None:
+                    found = await service.match_ids(kind, entry.if_none_exist, limit=2)
+                    if len(found) > 1:
+                        raise MultipleMatches(kind, len(found))
+                    entry.expected = tuple(found)
+                    if found:
+                        entry.target_id = found[0]
+                        entry.existing = await service.read(kind, found[0])
+            elif entry.resource_id is not None:
+                entry.target_id = entry.resource_id
+            else:
+                assert entry.criteria is not None
+                limit = 101 if entry.method == "DELETE" else 2
+                found = await service.match_ids(kind, entry.criteria, limit=limit)
+                if entry.method != "DELETE" and len(found) > 1:
+                    raise MultipleMatches(kind, len(found))
+                if len(found) > 100:
+                    raise FhirError.of(412, "too-costly", "More than 100 resources match")
+                entry.expected = tuple(found)
+                body_id = entry.resource.get("id") if isinstance(entry.resource, dict) else None
+                if entry.method == "PUT" and found and body_id not in (None, found[0]):
+                    raise FhirError.of(400, "invalid", f"The body's id {body_id!r} is not the "
+                                       f"id of the matching resource {found[0]!r}")
+                entry.target_id = found[0] if found else (body_id or new_id())
+        except (FhirError, StoreError) as exc:
+            raise entry.fail(exc) from None
+        if entry.full_url and entry.target_id and entry.method != "DELETE":
+            ids[entry.full_url] = f"{kind}/{entry.target_id}"
+
+    # -- step 3: stage -------------------------------------------------------------------------
+    async def _stage(self, uow: UnitOfWork, entry: Entry) -> None:
+        service, kind = self.service, entry.resource_type
+        assert kind is not None and entry.target_id is not None
+        try:
+            if entry.method == "POST":
+                if entry.existing is not None:
+                    return
+                condition = None
+                if entry.if_none_exist is not None:
+                    plan = await service.parse([kind], entry.if_none_exist, strict=True)
+                    condition = Condition(plan, entry.expected)
+                entry.staged.append(service.stage_create(
+                    uow, entry.resource, resource_id=entry.target_id, expected_type=kind,
+                    condition=condition))
+            elif entry.method == "PUT":
+                body = {**entry.resource, "id": entry.target_id}
+                condition = None
+                if entry.criteria is not None:
+                    plan = await service.parse([kind], entry.criteria, strict=True)
+                    condition = Condition(plan, entry.expected)
+                entry.staged.append(service.stage_update(
+                    uow, body, if_match=entry.if_match, expected_type=kind,
+                    condition=condition))
+            elif entry.method == "PATCH":
+                entry.staged.append(await service.stage_patch(
+                    uow, kind, entry.target_id, _patch_operations(entry.resource),
+                    if_match=entry.if_match))
+            elif entry.method == "DELETE":
+                targets = entry.expected if entry.resource_id is None else (entry.target_id,)
+                for target in targets or ():
+                    if entry.resource_id is not None and \
+                            await service.store.read_current(kind, target) is None:
+                        raise FhirError.of(404, "not-found", f"{kind}/{target} is not known")
+                    entry.staged.append(uow.delete(kind, target, if_match=entry.if_match))
+        except (FhirError, StoreError) as exc:
+            raise entry.fail(exc) from None
+
+    def _write_response(self, entry: Entry) -> dict[str, Any]:
+        if entry.method == "DELETE":
+            response: dict[str, Any] = {"status": STATUS_TEXT[204]}
+            if len(entry.staged) == 1 and entry.staged[0].result is not None:
+                response["etag"] = entry.staged[0].result.etag
+            return {"response": response}
+        if entry.existing is not None:  # ifNoneExist found its match: nothing written
+            return response_entry(entry.existing, 200, self.base_url, self.prefer)
+        staged = entry.staged[0]
+        assert staged.result is not None
+        created = not staged.existing and staged.result.version == 1 and entry.method != "PATCH"
+        return response_entry(staged.result, 201 if created else 200, self.base_url,
+                              self.prefer)
+
+
+def _check_overlaps(writes: list[Entry]) -> None:
+    """R4 3.1.0.11.2: a transaction whose entries (after resolving conditional ones) change
+    the same resource twice fails."""
+    seen: dict[str, Entry] = {}
+    for entry in writes:
+        targets = entry.expected if entry.method == "DELETE" and entry.resource_id is None \
+            else (entry.target_id,)
+        for target in targets or ():
+            key = f"{entry.resource_type}/{target}"
+            if key in seen:
+                first = seen[key]
+                raise entry.fail(FhirError.of(
+                    400, "business-rule", f"{key} is also changed by {first.where}; a "
+                    "transaction may change each resource once"))
+            seen[key] = entry
+
+
+def _patch_operations(resource: Any) -> Any:
+    """A PATCH entry carries its JSON Patch as a Binary (R4 3.1.0.11.2)."""
+    if isinstance(resource, dict) and resource.get("resourceType") == "Binary":
+        try:
+            return orjson.loads(base64.b64decode(resource.get("data", ""), validate=True))
+        except (binascii.Error, orjson.JSONDecodeError):
+            raise FhirError.of(400, "structure", "The Binary does not hold a JSON Patch"
+                               ) from None
+    raise FhirError.of(400, "not-supported",
+                       "PATCH entries take a Binary holding a JSON Patch (FHIRPath Patch "
+                       "Parameters are not supported)")
+
+
+def response_entry(stored: StoredResource, status: int, base_url: str, prefer: str | None
+                   ) -> dict[str, Any]:
+    path = f"{stored.resource_type}/{stored.id}/_history/{stored.version}"
+    entry: dict[str, Any] = {
+        "fullUrl": f"{base_url}/{stored.resource_type}/{stored.id}" if base_url
+        else f"{stored.resource_type}/{stored.id}",
+        "response": {"status": STATUS_TEXT.get(status, str(status)),
+                     "location": f"{base_url}/{path}" if base_url else path,
+                     "etag": stored.etag, "lastModified": stored.last_updated},
+    }
+    if prefer != "minimal" and not stored.deleted:
+        entry["resource"] = raw(stored)
+    return entry
+
+
+async def read_entry(service: FhirService, entry: Entry, base_url: str) -> dict[str, Any]:
+    """A GET/HEAD entry: read, vread or search."""
+    kind = entry.resource_type
+    assert kind is not None
+    if entry.resource_id is None:
+        result = await run_search(service, base_url, kind, [kind], entry.criteria or [],
+                                  strict=False)
+        return {"resource": result, "response": {"status": "200 OK"}}
+    version = None
+    if entry.version is not None:
+        if not entry.version.isdigit():
+            raise FhirError.of(404, "not-found", f"Unknown version {entry.version!r}")
+        version = int(entry.version)
+    stored = await service.read(kind, entry.resource_id, version)
+    result = response_entry(stored, 200, base_url, None if entry.method == "GET" else "minimal")
+    result["response"].pop("location", None)
+    return result
+
+
+# --- entry points ------------------------------------------------------------------------------
+
+async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "",
+                         prefer: str | None = None) -> dict[str, Any]:
+    """A transaction or batch Bundle → its response Bundle (FhirError when refused)."""
+    kind = bundle.get("type") if isinstance(bundle, dict) else None
+    if kind == "batch":
+        from fhir_server.interactions.batch import process_batch
+
+        return await process_batch(service, bundle, base_url=base_url, prefer=prefer)
+    raw_entries = bundle_entries(bundle, "transaction")
+    entries = [parse_entry(i, e, base_url) for i, e in enumerate(raw_entries)]
+    return await Transaction(service, entries, base_url=base_url, prefer=prefer).run()
+
+
+async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:
+    """``POST [base]``: a transaction or batch Bundle."""
+    check_format(request)
+    body = await read_json_body(request)
+    result = await process_bundle(ctx.service, body, base_url=ctx.fhir_base(request),
+                                  prefer=prefer_return(request))
+    return FhirResponse(result)

@@ -1,0 +1,482 @@
+"""Access control: one declarative table, enforced by one middleware.
+
+**The table.** Every route of the app has one :class:`Rule`, keyed by ``(method, path
+template)``:
+
+- the spec's operations (``access_rules.OPERATIONS``, transcribed from
+  spec/operations.tsv) map by their access column: ``public`` → no credentials;
+  ``auth`` → any signed-in user; ``admin`` → platform administrators (SUPER:ADMIN or
+  APP:ADMIN; in the Auth area, user administration and system health, SUPER:ADMIN
+  only, spec: Authentication 6); ``webhook`` → no token (the handler verifies the
+  signature, spec: Authentication 7);
+- ``OVERRIDES`` hold the few deliberate departures, each with its reason;
+- ``PLATFORM_RULES`` cover the routes the spec does not list: /fhir, /healthz, the docs.
+
+A rule also names the API-key scope a route needs (``<resource>:<action>``: the first
+path segment after ``/api``, ``read`` for GET and ``write`` otherwise; on /fhir the
+resource type, e.g. ``Patient:read``) or ``None`` where API keys may not go (the
+account, its keys, administration), and the rate-limit class of the route.
+
+**The middleware.** :class:`AccessMiddleware` (pure ASGI) matches each request to its
+rule, authenticates the ``Authorization: Bearer`` token or ``X-API-Key``, refuses with
+401 (no or bad credentials), 403 (role or scope missing, suspended account) or 429 (rate
+limit, with ``Retry-After``), puts the principal on ``request.state.principal`` for the
+handlers, and adds ``RateLimit-*`` headers to the answer. A route of the app that the
+table does not list is left to its own dependencies, and API keys never reach it;
+``tests/platform_api/test_access.py`` fails, naming it, until the table lists it.
+
+Cost per request: one dict lookup for static paths or a walk of a segment trie for
+templated ones, the cached token check of ``AuthService.authenticate``, and an in-memory
+counter: a few microseconds (``bench/auth.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.routing import iter_route_contexts
+from starlette.routing import Mount, WebSocketRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fhir_server.validation import resource_types
+from platform_api.access_rules import OPERATIONS
+from platform_api.audit import NO_CLIENT, ClientInfo
+from platform_api.auth.errors import missing_token
+from platform_api.auth.principal import APP_ADMIN, SUPER_ADMIN, Principal
+from platform_api.envelope import ApiError, forbidden
+from platform_api.rate_limit import Decision, MemoryLimiter, rate_limited
+from platform_api.refusals import refusal_response
+
+log = logging.getLogger("healthplatform.access")
+
+PUBLIC = "public"  # no credentials
+AUTHENTICATED = "authenticated"  # a user's token or an API key (see Rule.roles, .scope)
+WEBHOOK = "webhook"  # no token: the handler verifies the sender's signature
+MFA_TOKEN = "mfa-token"  # the MFA token a login returned (Bearer mfa_…)
+UNLISTED = "unlisted"  # a route of the app missing from the table (see AccessControl)
+
+PLATFORM_ADMINS = frozenset({SUPER_ADMIN, APP_ADMIN})
+SUPER_ADMINS = frozenset({SUPER_ADMIN})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    access: str
+    roles: frozenset[str] = frozenset()  # any of these (SUPER:ADMIN passes all); empty: anyone
+    scope: str | None = None  # API-key scope; "{0}" is the first path parameter; None: no keys
+    limit: str = "read"  # rate-limit class (platform_api.rate_limit.DEFAULT_LIMITS)
+    reason: str = ""  # why this departs from the spec, when it does
+
+    def required_scope(self, params: list[str]) -> str | None:
+        if self.scope is None or "{" not in self.scope:
+            return self.scope
+        return self.scope.format(*params)
+
+
+# -- the table -------------------------------------------------------------------------
+# Areas whose "admin" operations are for the Super Admin alone (spec: Authentication 6).
+SUPER_ADMIN_AREAS = frozenset({"Auth"})
+# API keys are for server-to-server data access: never for the account, its keys or
+# administration (a leaked key must not mint keys or change who may do what).
+KEYLESS_PREFIXES = ("/api/auth/", "/api/developer/", "/api/admin/", "/admin/")
+# Brute-force targets get the strict classes (rate_limit.DEFAULT_LIMITS).
+LOGIN_CLASS_PATHS = frozenset({
+    "/api/auth/register", "/api/auth/login", "/api/auth/refresh", "/api/auth/verify-email",
+    "/api/auth/forgot-password", "/api/auth/reset-password", "/api/auth/social-login",
+    "/api/auth/mfa/verify", "/api/auth/mfa/challenge", "/api/auth/mfa/disable",
+})
+
+OVERRIDES: dict[tuple[str, str], Rule] = {
+    ("GET", "/api/auth/me"): Rule(
+        AUTHENTICATED, limit="read",
+        reason="The spec marks it Public, but without a token there is no current user; "
+               "a 401 tells the client to log in.",
+    ),
+    ("POST", "/api/auth/mfa/challenge"): Rule(
+        MFA_TOKEN, limit="login",
+        reason="Completes a login that returned mfa_required: the credential is the MFA "
+               "token from that login (Authorization: Bearer mfa_…), not an access token.",
+    ),
+}
+
+
+def _fhir_rules() -> dict[tuple[str, str], Rule]:
+    """/fhir: token required (SMART scopes come later); API keys with ``<Type>:read`` or
+    ``<Type>:write`` reach the type they name. What spans types (system search and
+    history, ``$everything``) needs ``*:read``; a transaction or batch bundle ``*:write``;
+    a compartment search the type searched for (its third segment)."""
+    read = Rule(AUTHENTICATED, scope="{0}:read", limit="read")
+    write = Rule(AUTHENTICATED, scope="{0}:write", limit="write")
+    all_read = Rule(AUTHENTICATED, scope="*:read", limit="read")
+    return {
+        ("GET", "/fhir/metadata"): Rule(PUBLIC, limit="public"),
+        ("GET", "/fhir"): all_read,
+        ("POST", "/fhir/_search"): all_read,
+        ("POST", "/fhir"): Rule(AUTHENTICATED, scope="*:write", limit="write"),
+        ("GET", "/fhir/_history"): all_read,
+        ("GET", "/fhir/{}"): read,
+        ("POST", "/fhir/{}/_search"): read,
+        ("GET", "/fhir/{}/_history"): read,
+        ("POST", "/fhir/{}"): write,
+        ("PUT", "/fhir/{}"): write,
+        ("PATCH", "/fhir/{}"): write,
+        ("DELETE", "/fhir/{}"): write,
+        ("GET", "/fhir/{}/{}"): read,
+        ("PUT", "/fhir/{}/{}"): write,
+        ("PATCH", "/fhir/{}/{}"): write,
+        ("DELETE", "/fhir/{}/{}"): write,
+        ("GET", "/fhir/{}/{}/_history"): read,
+        ("GET", "/fhir/{}/{}/_history/{}"): read,
+        ("GET", "/fhir/Patient/{}/$everything"): all_read,
+        ("GET", "/fhir/{}/{}/{}"): Rule(AUTHENTICATED, scope="{2}:read", limit="read"),
+    }
+
+
+PLATFORM_RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/healthz"): Rule(PUBLIC, limit="public"),
+    ("GET", "/openapi.json"): Rule(PUBLIC, limit="public"),
+    ("GET", "/docs"): Rule(PUBLIC, limit="public"),
+    ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
+    ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
+    **_fhir_rules(),
+}
+
+
+def normalize(path: str) -> str:
+    """A path template with parameter names erased: ``/a/:id`` and ``/a/{x}`` → ``/a/{}``;
+    a catch-all (``{p:path}``) → ``{path}``."""
+    segments = []
+    for segment in path.split("/"):
+        if segment.startswith("{") and segment.endswith("}"):
+            segments.append("{path}" if segment.endswith(":path}") else "{}")
+        elif segment.startswith(":"):
+            segments.append("{}")
+        else:
+            segments.append(segment)
+    return "/".join(segments)
+
+
+def derived_scope(method: str, path: str) -> str:
+    """``<first segment after /api>:<read|write>``, e.g. ``vitals:read``."""
+    segments = [s for s in path.split("/") if s]
+    if segments and segments[0] == "api" and len(segments) > 1:
+        segments = segments[1:]
+    resource = segments[0] if segments else "root"
+    return f"{resource}:{'read' if method in ('GET', 'HEAD') else 'write'}"
+
+
+def spec_rule(area: str, method: str, path: str, access: str) -> Rule:
+    """The rule of one spec operation before overrides."""
+    if path in LOGIN_CLASS_PATHS:
+        limit = "login"
+    elif access == PUBLIC:
+        limit = "public"
+    elif access == WEBHOOK:
+        limit = "webhook"
+    else:
+        limit = "read" if method == "GET" else "write"
+    if access == PUBLIC:
+        return Rule(PUBLIC, limit=limit)
+    if access == WEBHOOK:
+        return Rule(WEBHOOK, limit=limit)
+    if access == "admin":
+        roles = SUPER_ADMINS if area in SUPER_ADMIN_AREAS else PLATFORM_ADMINS
+        return Rule(AUTHENTICATED, roles=roles, limit=limit)
+    keyless = path.startswith(KEYLESS_PREFIXES)
+    return Rule(AUTHENTICATED, scope=None if keyless else derived_scope(method, path),
+                limit=limit)
+
+
+def build_table() -> dict[tuple[str, str], Rule]:
+    """The whole access table, keyed by ``(method, normalized path)``."""
+    table: dict[tuple[str, str], Rule] = {}
+    for area, operations in OPERATIONS.items():
+        for method, path, access in operations:
+            table[(method, normalize(path))] = spec_rule(area, method, path, access)
+    for (method, path), rule in OVERRIDES.items():
+        table[(method, normalize(path))] = rule
+    table.update(PLATFORM_RULES)
+    return table
+
+
+ACCESS_TABLE: dict[tuple[str, str], Rule] = build_table()
+
+
+def scope_resources() -> frozenset[str]:
+    """The resources an API-key scope may name: /api resources, FHIR types, ``*``."""
+    named = {rule.scope.partition(":")[0] for rule in ACCESS_TABLE.values()
+             if rule.scope is not None and "{" not in rule.scope}
+    return frozenset(named | resource_types() | {"*"})
+
+
+SCOPE_ACTIONS = ("read", "write", "*")
+
+
+def scope_granted(scopes: frozenset[str], required: str) -> bool:
+    if required in scopes:
+        return True
+    resource, _, action = required.partition(":")
+    return f"{resource}:*" in scopes or f"*:{action}" in scopes or "*:*" in scopes
+
+
+# -- matching requests -----------------------------------------------------------------
+@dataclass(slots=True)
+class _Node:
+    static: dict[str, _Node] = field(default_factory=dict)
+    param: _Node | None = None
+    rest: dict[str, Rule] | None = None  # a {path} catch-all below this node
+    rules: dict[str, Rule] = field(default_factory=dict)  # method -> rule
+
+
+def app_route_templates(routes: Iterable[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``(method, normalized path)`` of every HTTP route, mounts and included routers
+    too (FastAPI's ``iter_route_contexts`` resolves their full paths)."""
+    for context in iter_route_contexts(list(routes)):
+        route = context.original_route
+        if isinstance(route, Mount):
+            path = prefix + route.path
+            sub_routes = getattr(route.app, "routes", None)
+            if sub_routes is not None:
+                yield from app_route_templates(sub_routes, path)
+            else:
+                yield "GET", normalize(path + "/{p:path}")
+        elif isinstance(route, WebSocketRoute) or context.path is None:
+            continue
+        else:
+            for method in sorted(context.methods or ()):
+                if method != "HEAD":  # answered as GET
+                    yield method, normalize(prefix + context.path)
+
+
+class AccessControl:
+    """The table compiled for one app: its routes, each with a rule.
+
+    A route of the app missing from the table gets the ``UNLISTED`` rule: the middleware
+    leaves it to the route's own dependencies (as FastAPI would without this module)
+    and ``authenticate_request`` refuses API keys there, so a key never reaches a route
+    nobody gave a scope. The access test fails while any route is unlisted."""
+
+    UNLISTED_RULE = Rule(UNLISTED, reason="not in the access table")
+
+    def __init__(self, table: Mapping[tuple[str, str], Rule], app_routes: Iterable[Any] = ()):
+        self.table = dict(table)
+        self.unlisted = sorted({key for key in app_route_templates(app_routes)
+                                if key not in self.table})
+        for method, path in self.unlisted:
+            log.warning("route %s %s is not in the access table (platform_api/access.py): "
+                        "its own dependencies decide, API keys are refused", method, path)
+            self.table[(method, path)] = self.UNLISTED_RULE
+        self._static: dict[tuple[str, str], Rule] = {}
+        self._root = _Node()
+        for (method, path), rule in self.table.items():
+            self._add(method, path, rule)
+
+    def _add(self, method: str, path: str, rule: Rule) -> None:
+        if "{" not in path:
+            self._static[(method, path)] = rule
+            return
+        node = self._root
+        for segment in path.strip("/").split("/"):
+            if segment == "{path}":
+                node.rest = node.rest or {}
+                node.rest[method] = rule
+                return
+            if segment == "{}":
+                node.param = node.param or _Node()
+                node = node.param
+            else:
+                node = node.static.setdefault(segment, _Node())
+        node.rules[method] = rule
+
+    def match(self, method: str, path: str) -> tuple[Rule, list[str]] | None:
+        """The rule and path parameters of a request; ``None`` when no route has that
+        path and method (the router answers 404 or 405)."""
+        if method == "HEAD":
+            method = "GET"
+        rule = self._static.get((method, path))
+        if rule is not None:
+            return rule, []
+        params: list[str] = []
+        found = _walk(self._root, path.strip("/").split("/"), 0, method, params)
+        return (found, params) if found is not None else None
+
+
+def _walk(node: _Node, segments: list[str], i: int, method: str, params: list[str]
+          ) -> Rule | None:
+    # Static segments before parameters, as a reader of the table expects
+    # (/organizations/me before /organizations/{id}); backtracks on a dead end.
+    if i == len(segments):
+        return node.rules.get(method)
+    segment = segments[i]
+    child = node.static.get(segment)
+    if child is not None:
+        found = _walk(child, segments, i + 1, method, params)
+        if found is not None:
+            return found
+    if node.param is not None and segment:
+        params.append(segment)
+        found = _walk(node.param, segments, i + 1, method, params)
+        if found is not None:
+            return found
+        params.pop()
+    if node.rest is not None and method in node.rest:
+        params.append("/".join(segments[i:]))
+        return node.rest[method]
+    return None
+
+
+# -- enforcing -------------------------------------------------------------------------
+def insufficient_scope(message: str) -> ApiError:
+    return ApiError(403, "INSUFFICIENT_SCOPE", message)
+
+
+def authorize(rule: Rule, principal: Principal, params: list[str], method: str, path: str
+              ) -> None:
+    """403 unless the principal may call a route with this rule."""
+    if rule.roles and not (principal.is_super_admin or principal.roles & rule.roles):
+        raise forbidden(f"This needs one of the roles: {', '.join(sorted(rule.roles))}")
+    if principal.kind != "api_key":
+        return
+    required = rule.required_scope(params)
+    if required is None:
+        raise insufficient_scope(f"API keys cannot call {method} {path}; use a user's "
+                                 "access token")
+    if not scope_granted(principal.scopes, required):
+        raise insufficient_scope(f"This API key lacks the scope {required}")
+
+
+@dataclass(slots=True)
+class _Credentials:
+    authorization: str | None = None
+    api_key: str | None = None
+    user_agent: str | None = None
+
+
+def _credentials(scope: Scope) -> _Credentials:
+    found = _Credentials()
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            found.authorization = value.decode("latin-1")
+        elif name == b"x-api-key":
+            found.api_key = value.decode("latin-1")
+        elif name == b"user-agent":
+            found.user_agent = value.decode("latin-1")
+    return found
+
+
+class AccessMiddleware:
+    """Enforce the access table (module doc) in front of every route."""
+
+    def __init__(self, app: ASGIApp, *, table: Mapping[tuple[str, str], Rule] | None = None):
+        self.app = app
+        self.table = ACCESS_TABLE if table is None else table
+        self._control: AccessControl | None = None
+        self._auth: Any = None
+
+    def control(self, app: Any) -> AccessControl:
+        if self._control is None:
+            self._control = AccessControl(self.table, getattr(app, "routes", ()))
+        return self._control
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        root = scope.get("root_path")
+        if root and path.startswith(root):
+            path = path[len(root):]
+        found = self.control(scope["app"]).match(scope["method"], path)
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            decision = await self._admit(scope, path, *found)
+        except ApiError as refusal:
+            await refusal_response(path, refusal)(scope, receive, send)
+            return
+        if decision is None:
+            await self.app(scope, receive, send)
+            return
+        extra = decision.raw_headers()
+
+        async def send_with_limits(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = message.get("headers", ())
+                # A handler's own 429 (a locked account, MFA attempts) reports its limit.
+                if message["status"] != 429 or not any(
+                    name == b"ratelimit-limit" for name, _ in headers
+                ):
+                    message = {**message, "headers": [*headers, *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_limits)
+
+    async def _admit(self, scope: Scope, path: str, rule: Rule, params: list[str]
+                     ) -> Decision | None:
+        """Authenticate and authorize; the rate-limit decision to report, if any."""
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
+        state["access_rule"] = rule  # authenticate_request reads it (API keys, see there)
+        if rule.access == UNLISTED:
+            return None
+        auth = self._auth or self._bind(scope["app"])
+        client = scope.get("client")
+        ip = client[0] if client else "unknown"
+        if rule.access == PUBLIC or rule.access == WEBHOOK:
+            return await self._spend(auth, rule.limit, "ip:" + ip)
+        credentials = _credentials(scope)
+        if rule.access == MFA_TOKEN:
+            if not (credentials.authorization or "").startswith("Bearer mfa_"):
+                raise missing_token("This completes a login: send Authorization: Bearer "
+                                    "<mfa_token from /api/auth/login>")
+            return await self._spend(auth, rule.limit, "ip:" + ip)
+        # Who and from where matters to API keys only (usage records, audit).
+        client_info = (NO_CLIENT if credentials.api_key is None
+                       else ClientInfo(ip, credentials.user_agent))
+        try:
+            principal: Principal = await auth.authenticate_credentials(
+                credentials.authorization, credentials.api_key, client_info)
+        except ApiError as refusal:
+            if refusal.status == 401:
+                await self._failed(auth, refusal, credentials,
+                                   ClientInfo(ip, credentials.user_agent))
+            raise
+        authorize(rule, principal, params, scope["method"], path)
+        state["principal"] = principal
+        who = ("key:" + (principal.token_id or "")) if principal.kind == "api_key" else (
+            "user:" + principal.user_id)
+        return await self._spend(auth, rule.limit, who)
+
+    def _bind(self, app: Any) -> Any:
+        """The app's auth service, looked up once (it lives as long as the app)."""
+        self._auth = app.state.services.auth
+        return self._auth
+
+    async def _spend(self, auth: Any, limit_class: str, client: str) -> Decision | None:
+        if not auth.settings.rate_limit_enabled:
+            return None
+        limiter = auth.limiter
+        if isinstance(limiter, MemoryLimiter):  # no coroutine for a dict update
+            decision = limiter.hit_now(limit_class, client)
+        else:
+            decision = await limiter.hit(limit_class, client)
+        if not decision.allowed:
+            raise rate_limited(decision)
+        return decision
+
+    async def _failed(self, auth: Any, refusal: ApiError, credentials: _Credentials,
+                      client: ClientInfo) -> None:
+        """Count a 401 against the caller's address. Within the budget a refused API key
+        is audited; past it the answer becomes 429 (and nothing more is written), so
+        guessing credentials is slow and cannot flood the audit trail. Valid credentials
+        from the same address keep working."""
+        decision: Decision = await auth.limiter.hit("auth_failure", f"ip:{client.ip}")
+        if not decision.allowed:
+            raise rate_limited(decision, "failed authentications") from None
+        if credentials.api_key is not None and refusal.code == "INVALID_API_KEY":
+            auth.audit_refused_api_key(credentials.api_key, refusal, client)

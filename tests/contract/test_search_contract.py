@@ -1,0 +1,145 @@
+"""The search contract every store adapter must pass: index rows written in the same
+commit as the resource, search plans compiled to queries, keyset paging that is stable
+under writes, includes, conditional writes decided inside the commit, and reindexing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from fhir_server.search.extract import IndexExtractor
+from fhir_server.search.plan import Cursor, parse_search
+from fhir_server.search.registry import builtin_registry
+from fhir_server.store import (
+    Condition,
+    ConditionChanged,
+    IndexRows,
+    MultipleMatches,
+    ResourceExists,
+)
+
+REGISTRY = builtin_registry()
+EXTRACT = IndexExtractor(REGISTRY)
+
+
+def patient(pid: str, family: str, birth: str, mrn: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"resourceType": "Patient", "id": pid, "name": [{"family": family}],
+                            "birthDate": birth}
+    if mrn:
+        body["identifier"] = [{"system": "urn:oid:2.16.404.1.1", "value": mrn}]
+    return body
+
+
+def plan(resource_type: str, **params: str):
+    return parse_search(REGISTRY, [resource_type], list(params.items()), strict=True)
+
+
+async def put(store, *resources: dict[str, Any]) -> None:
+    async with store.unit_of_work() as uow:
+        for body in resources:
+            uow.update(body["resourceType"], body["id"], body, index=EXTRACT(body))
+        await uow.commit()
+
+
+async def ids(store, search) -> list[str]:
+    return [r.id for r in (await store.search(search)).resources]
+
+
+async def test_index_rows_follow_create_update_and_delete(store):
+    await put(store, patient("p1", "Odhiambo", "1988-04-12"), patient("p2", "Mensah", "1975"))
+    assert await ids(store, plan("Patient", family="odh")) == ["p1"]
+    await put(store, patient("p1", "Okafor", "1988-04-12"))
+    assert await ids(store, plan("Patient", family="odh")) == []
+    assert await ids(store, plan("Patient", family="oka")) == ["p1"]
+    async with store.unit_of_work() as uow:
+        uow.delete("Patient", "p1")
+        await uow.commit()
+    assert await ids(store, plan("Patient", birthdate="ge1900")) == ["p2"]
+
+
+async def test_a_failed_commit_leaves_no_index_rows(store):
+    await put(store, patient("p1", "Odhiambo", "1988"))
+    with pytest.raises(ResourceExists):
+        async with store.unit_of_work() as uow:
+            body = patient("p2", "Mensah", "1975")
+            uow.create("Patient", "p2", body, index=EXTRACT(body))
+            uow.create("Patient", "p1", patient("p1", "Clash", "1990"))
+            await uow.commit()
+    assert await ids(store, plan("Patient", family="mensah")) == []
+
+
+async def test_keyset_pages_are_stable_under_writes(store):
+    await put(store, *[patient(f"p{i}", "Odhiambo", f"19{50 + i}") for i in range(6)])
+    search = plan("Patient", family="odhiambo", _sort="birthdate", _count="2")
+    first = await store.search(search)
+    assert [r.id for r in first.resources] == ["p0", "p1"] and first.next is not None
+    await put(store, patient("early", "Odhiambo", "1901"), patient("late", "Odhiambo", "2001"))
+    search.cursor = first.next
+    second = await store.search(search)
+    assert [r.id for r in second.resources] == ["p2", "p3"]
+    search.cursor = second.previous
+    assert [r.id for r in (await store.search(search)).resources] == ["p0", "p1"]
+    search.cursor = Cursor.decode(second.next.encode())
+    assert [r.id for r in (await store.search(search)).resources] == ["p4", "p5"]
+
+
+async def test_totals_and_includes(store):
+    organization = {"resourceType": "Organization", "id": "knh", "name": "KNH"}
+    member = {**patient("p1", "Odhiambo", "1988"),
+              "managingOrganization": {"reference": "Organization/knh"}}
+    await put(store, organization, member, patient("p2", "Odhiambo", "1990"))
+    search = plan("Patient", family="odhiambo", _include="Patient:organization",
+                  _total="accurate", _count="1")
+    page = await store.search(search)
+    assert page.total == 2
+    assert [r.id for r in page.included] == (["knh"] if page.resources[0].id == "p1" else [])
+
+
+async def test_conditional_create_is_decided_inside_the_commit(store):
+    condition = plan("Patient", identifier="urn:oid:2.16.404.1.1|KE-1")
+    first = patient("a", "Odhiambo", "1988", "KE-1")
+    async with store.unit_of_work() as uow:
+        created = uow.create("Patient", "a", first, index=EXTRACT(first),
+                             condition=Condition(condition))
+        duplicate = {**first, "id": "b"}
+        again = uow.create("Patient", "b", duplicate, index=EXTRACT(duplicate),
+                           condition=Condition(condition))
+        await uow.commit()
+    assert not created.existing and again.existing and again.result.id == "a"
+    await put(store, patient("c", "Odhiambo", "1988", "KE-1"))
+    with pytest.raises(MultipleMatches):
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "d", patient("d", "X", "1988"), condition=Condition(condition))
+            await uow.commit()
+    with pytest.raises(ConditionChanged):
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "e", patient("e", "X", "1988"),
+                       condition=Condition(condition, expected_ids=("a",)))
+            await uow.commit()
+
+
+async def test_conditional_update_targets_the_match(store):
+    await put(store, patient("a", "Odhiambo", "1988", "KE-2"))
+    body = patient("ignored", "Okafor", "1988", "KE-2")
+    async with store.unit_of_work() as uow:
+        staged = uow.update("Patient", "ignored", body, index=EXTRACT(body),
+                            condition=Condition(plan("Patient", identifier="KE-2")))
+        await uow.commit()
+    assert staged.result.id == "a" and staged.result.version == 2
+    assert orjson.loads((await store.read("Patient", "a")).body)["name"][0]["family"] == "Okafor"
+
+
+async def test_reindex_reads_and_replaces_index_rows(store):
+    async with store.unit_of_work() as uow:  # written without index rows
+        uow.create("Patient", "p1", patient("p1", "Odhiambo", "1988"))
+        await uow.commit()
+    assert await ids(store, plan("Patient", family="odhiambo")) == []
+    assert await store.count_current() == 1
+    batches = [batch async for batch in store.iter_current(batch=10)]
+    items = [(s, EXTRACT(orjson.loads(s.body))) for s in batches[0]]
+    await store.replace_index(items)
+    assert await ids(store, plan("Patient", family="odhiambo")) == ["p1"]
+    await store.replace_index([(batches[0][0], IndexRows())])
+    assert await ids(store, plan("Patient", family="odhiambo")) == []

@@ -1,0 +1,364 @@
+"""hl7_gateway.gateway over a real MLLP socket and a real SQLite store: ACKs, idempotency,
+corrections, merges, NAK paths, dead letters and events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fhir_server.service import FhirService
+from fhir_server.store import store_from_url
+from hl7_gateway.gateway import DEAD_LETTERS, MESSAGES, RESULT_TOPIC, HL7Gateway
+from hl7_gateway.listener import start_listener
+from hl7_gateway.mllp import MLLPClient, MLLPServer
+from hl7_gateway.parser import parse
+from hl7_gateway.send import messages_in, send_files
+from tests.hl7_gateway.hl7_samples import SAMPLES_DIR, sample_files
+from tests.hl7_gateway.messages import CHEMISTRY, EXPECTED_ACKS, adt, oru
+
+JSON = dict[str, Any]
+
+
+
+@pytest.fixture
+async def fhir(tmp_path: Path) -> AsyncIterator[FhirService]:
+    store = store_from_url(f"sqlite:///{tmp_path / 'hl7.db'}")
+    await store.open()
+    yield FhirService(store)
+    await store.close()
+
+
+@pytest.fixture
+def gateway(fhir: FhirService) -> HL7Gateway:
+    return HL7Gateway(fhir)
+
+
+@pytest.fixture
+async def mllp(gateway: HL7Gateway) -> AsyncIterator[MLLPServer]:
+    server = await start_listener(gateway, "127.0.0.1", 0, idle_timeout=5)
+    yield server
+    await server.close()
+
+
+def msa(reply: bytes | str) -> tuple[str, str]:
+    segment = parse(reply).segment("MSA")
+    assert segment is not None
+    return segment.field(1), segment.field(2)
+
+
+def errs(reply: bytes | str) -> list[tuple[str, str]]:
+    """(ERR-3 code, ERR-4 severity) of each ERR segment."""
+    return [(e.component(3, 1), e.field(4)) for e in parse(reply).segments("ERR")]
+
+
+async def search(fhir: FhirService, kind: str, *params: tuple[str, str]) -> list[JSON]:
+    return await fhir.search(kind, list(params))
+
+
+# --- every sample, over MLLP ---------------------------------------------------------------------
+
+
+async def test_every_sample_over_mllp_gets_its_acknowledgements(mllp: MLLPServer,
+                                                               fhir: FhirService) -> None:
+    if not SAMPLES_DIR.is_dir():
+        pytest.skip("HL7 samples not found")
+    results = await send_files(sample_files(), "127.0.0.1", mllp.port, reply_timeout=10)
+    got: dict[str, list[str]] = {}
+    for sent in results:
+        got.setdefault(Path(sent.source).name[:2], []).extend(sent.codes)
+        assert sent.error is None
+    assert got == EXPECTED_ACKS
+
+    # A representative set, field by field, as stored.
+    [patient] = await search(fhir, "Patient", ("identifier", "PATID1234"), ("family", "Jones"))
+    assert (patient["gender"], patient["birthDate"]) == ("male", "1961-06-15")
+    [report] = await search(fhir, "DiagnosticReport", ("identifier", "R-991133"))
+    assert report["subject"]["reference"] == f"Patient/{patient['id']}"
+    assert report["status"] == "final" and len(report["result"]) == 28
+    [hemoglobin] = await search(fhir, "Observation", ("code", "http://loinc.org|718-7"),
+                                ("subject", f"Patient/{patient['id']}"))
+    assert hemoglobin["valueQuantity"]["value"] == 12.5
+    assert hemoglobin["interpretation"][0]["coding"][0]["code"] == "L"
+    assert f"Observation/{hemoglobin['id']}" in {r["reference"] for r in report["result"]}
+    [specimen] = await search(fhir, "Specimen", ("subject", f"Patient/{patient['id']}"))
+    assert report["specimen"] == [{"reference": f"Specimen/{specimen['id']}"}]
+
+    [everyman] = await search(fhir, "Patient", ("family", "EVERYMAN"))
+    encounters = await search(fhir, "Encounter", ("subject", f"Patient/{everyman['id']}"))
+    assert {e["class"]["code"] for e in encounters} >= {"PRENC"}
+    [immunization] = await search(fhir, "Immunization", ("identifier", "13696"))
+    assert immunization["vaccineCode"]["coding"][0]["code"] == "49281-0215-88"
+    [appointment] = await search(fhir, "Appointment", ("identifier", "36996"))
+    assert appointment["start"] == "2021-09-24T09:30:00+02:15"
+    [document] = await search(fhir, "DocumentReference", ("identifier", "9528"))
+    assert document["docStatus"] == "final"
+    batch = await search(fhir, "Patient", ("identifier", "0000112234"))
+    assert len(batch) == 1  # the FHS/BHS batch's message, sent on its own
+
+
+async def test_batch_files_are_split_into_their_messages() -> None:
+    two = b"\r".join([oru("B-1").rstrip(b"\r"), oru("B-2").rstrip(b"\r")]) + b"\r"
+    batch = b"FHS|^~\\&|LIS|LAB\rBHS|^~\\&|LIS|LAB\r" + two + b"BTS|2\rFTS|1\r"
+    assert [parse(m).control_id for m in messages_in(batch)] == ["B-1", "B-2"]
+    assert [parse(m).control_id for m in messages_in(two)] == ["B-1", "B-2"]
+    assert messages_in(b"# provenance note\n" + oru("S-1")) == [oru("S-1")]
+
+
+# --- idempotency, corrections, merges ------------------------------------------------------------
+
+
+async def test_a_resent_message_gets_the_same_ack_and_is_stored_once(
+        mllp: MLLPServer, fhir: FhirService) -> None:
+    async with MLLPClient("127.0.0.1", mllp.port) as client:
+        first = await client.exchange(oru("DUP-1"))
+        again = await client.exchange(oru("DUP-1"))
+    assert [msa(r) for r in first] == [("AA", "DUP-1")]
+    assert again == first  # the stored ACK, byte for byte
+    assert len(await search(fhir, "Binary")) == 1
+    assert len(await search(fhir, "Provenance")) == 1
+    assert len(await search(fhir, "Observation")) == len(CHEMISTRY)
+    record = await fhir.store.get_document(MESSAGES, "CITYLAB-LIS|CITY LAB|DUP-1")
+    assert record is not None and record["outcome"] == "accept"
+
+
+async def test_a_correction_updates_the_same_observations(gateway: HL7Gateway,
+                                                          fhir: FhirService) -> None:
+    assert (await gateway.process(oru("C-1", status="F"))).ack_code == "AA"
+    before = {o["id"]: o for o in await search(fhir, "Observation")}
+    corrected = [(c, n, "5.9" if c == "2823-3" else v, u, r, "H" if c == "2823-3" else f)
+                 for c, n, v, u, r, f in CHEMISTRY]
+    assert (await gateway.process(oru("C-2", status="C", results=corrected))).ack_code == "AA"
+    after = {o["id"]: o for o in await search(fhir, "Observation")}
+    assert after.keys() == before.keys()
+    potassium = next(o for o in after.values() if o["code"]["coding"][0]["code"] == "2823-3")
+    assert (potassium["status"], potassium["valueQuantity"]["value"]) == ("corrected", 5.9)
+    assert potassium["meta"]["versionId"] == "2"
+    [report] = await search(fhir, "DiagnosticReport")
+    assert report["status"] == "corrected"
+    assert len(await search(fhir, "Patient")) == 1
+
+
+async def test_repeated_adts_update_one_patient_and_keep_what_others_added(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    assert (await gateway.process(adt("A01", "ADT-1"))).ack_code == "AA"
+    [patient] = await search(fhir, "Patient")
+    patient["identifier"].append({"system": "urn:oid:2.16.404.1", "value": "KE-29384756"})
+    await fhir.update("Patient", patient["id"], patient)
+    assert (await gateway.process(adt("A08", "ADT-2", family="Achieng-Otieno"))).ack_code == "AA"
+    assert (await gateway.process(adt("A03", "ADT-3", discharge="20240305120000+0300"))
+            ).ack_code == "AA"
+    [patient] = await search(fhir, "Patient")
+    assert patient["name"][0]["family"] == "Achieng"  # A03 sent the name again
+    assert {i["value"] for i in patient["identifier"]} == {"MRN-884422", "KE-29384756"}
+    [encounter] = await search(fhir, "Encounter")
+    assert (encounter["status"], encounter["period"]["end"]) == ("finished",
+                                                                 "2024-03-05T12:00:00+03:00")
+    assert encounter["meta"]["versionId"] == "3"
+
+
+async def test_a40_merge_links_the_records_and_deactivates_the_old_one(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    await gateway.process(adt("A04", "REG-1", patient="MRN-OLD", family="Atieno"))
+    await gateway.process(adt("A04", "REG-2", patient="MRN-NEW", family="Atieno", visit="V-2"))
+    merge = adt("A40", "MRG-1", patient="MRN-NEW", extra=["MRG|MRN-OLD^^^KISUMU HOSP^MR"])
+    assert (await gateway.process(merge)).ack_code == "AA"
+    [old] = await search(fhir, "Patient", ("identifier", "MRN-OLD"))
+    [new] = await search(fhir, "Patient", ("identifier", "MRN-NEW"))
+    assert old["active"] is False
+    assert old["link"] == [{"other": {"reference": f"Patient/{new['id']}"},
+                            "type": "replaced-by"}]
+    assert new["link"] == [{"other": {"reference": f"Patient/{old['id']}"}, "type": "replaces"}]
+    assert old["address"][0]["city"] == "Kisumu"  # merged: the old record keeps its data
+
+
+async def test_messages_for_one_new_patient_on_eight_connections_create_one_patient(
+        mllp: MLLPServer, fhir: FhirService) -> None:
+    async def sender(n: int) -> list[str]:
+        async with MLLPClient("127.0.0.1", mllp.port) as client:
+            replies = await client.send_many(
+                oru(f"CC-{n}-{k}", filler=f"F-{n}-{k}", placer=f"P-{n}-{k}") for k in range(3))
+        return [msa(r)[0] for r in replies]
+
+    codes = await asyncio.gather(*(sender(n) for n in range(8)))
+    assert codes == [["AA"] * 3] * 8
+    assert len(await search(fhir, "Patient")) == 1
+    assert len(await search(fhir, "DiagnosticReport")) == 24
+
+
+# --- acknowledgement modes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("msh15", "msh16", "codes"), [
+    ("AL", "AL", ["CA", "AA"]), ("AL", "NE", ["CA"]), ("ER", "AL", ["AA"]),
+    ("NE", "NE", []), ("AL", "SU", ["CA", "AA"]), ("AL", "ER", ["CA"]),
+])
+async def test_enhanced_mode_sends_commit_then_application_acks(mllp: MLLPServer, msh15: str,
+                                                                msh16: str, codes: list[str]
+                                                                ) -> None:
+    async with MLLPClient("127.0.0.1", mllp.port, linger=0.2) as client:
+        replies = await client.exchange(oru(f"ENH-{msh15}{msh16}", msh15=msh15, msh16=msh16))
+        after = await client.send(oru("AFTER"))  # the connection stays in step
+    assert [msa(r)[0] for r in replies] == codes
+    assert msa(after) == ("AA", "AFTER")
+
+
+async def test_enhanced_mode_mapping_error_is_committed_then_answered_ae(
+        mllp: MLLPServer) -> None:
+    broken = oru("ENH-AE", msh15="AL", msh16="AL").replace(b"OBR|1|", b"XXX|1|")
+    async with MLLPClient("127.0.0.1", mllp.port) as client:
+        commit, application = await client.exchange(broken)
+    assert msa(commit) == ("CA", "ENH-AE")  # safe: kept in the dead letters
+    assert msa(application) == ("AE", "ENH-AE")
+    assert errs(application) == [("100", "E")]
+
+
+# --- NAK paths ----------------------------------------------------------------------------------
+
+
+def _header(message: bytes, **fields: str) -> bytes:
+    msh, rest = message.split(b"\r", 1)
+    parts = msh.decode().split("|")
+    for index, value in fields.items():
+        parts[int(index.removeprefix("f")) - 1] = value
+    return "|".join(parts).encode() + b"\r" + rest
+
+
+@pytest.mark.parametrize(("fields", "code"), [
+    ({"f9": "MFN^M02"}, "200"), ({"f9": "ADT^A99^ADT_A01"}, "201"),
+    ({"f11": "X"}, "202"), ({"f12": "3.0"}, "203"),
+])
+async def test_unsupported_header_values_are_rejected_ar_with_their_code(
+        mllp: MLLPServer, fields: dict[str, str], code: str) -> None:
+    async with MLLPClient("127.0.0.1", mllp.port) as client:
+        reply = await client.send(_header(oru("HDR-1"), **fields))
+    assert msa(reply) == ("AR", "HDR-1")
+    assert (code, "E") in errs(reply)
+
+
+async def test_a_mapping_failure_is_ae_with_err_and_a_dead_letter(gateway: HL7Gateway,
+                                                                  fhir: FhirService) -> None:
+    # OBX-3 empty while OBX-5 holds a value: the result cannot be identified.
+    broken = oru("BAD-1").replace(b"|2345-7^Glucose [Mass/volume] in Serum or Plasma^LN|", b"||")
+    processed = await gateway.process(broken)
+    assert msa(processed.acks[0]) == ("AE", "BAD-1")
+    assert errs(processed.acks[0]) == [("101", "E")]
+    assert "OBX-3" in parse(processed.acks[0]).segment("ERR").field(8)  # type: ignore[union-attr]
+    entry = await fhir.store.get_document(DEAD_LETTERS, processed.dead_letter_id or "")
+    assert entry is not None
+    assert entry["topic"] == "platform.hl7.message_failed"
+    assert entry["raw_message"].startswith("MSH|^~\\&|CITYLAB-LIS")
+    assert set(entry) >= {"id", "event_id", "topic", "original_payload", "error", "created_at"}
+    assert await search(fhir, "Observation") == []
+    again = await gateway.process(broken)  # the recorded outcome, not a second dead letter
+    assert again.duplicate and again.acks == processed.acks
+
+
+async def test_a_header_missing_required_fields_is_rejected_with_code_101(
+        mllp: MLLPServer) -> None:
+    async with MLLPClient("127.0.0.1", mllp.port) as client:
+        reply = await client.send(b"MSH|^~\\&|LIS|LAB|EHR|CLINIC|20240301||ORU^R01|NO-VERSION")
+    assert msa(reply) == ("AR", "NO-VERSION")
+    assert errs(reply) == [("101", "E"), ("101", "E")]  # MSH-11 and MSH-12
+
+
+async def test_an_unparseable_message_gets_a_nak_and_is_kept(mllp: MLLPServer,
+                                                              fhir: FhirService) -> None:
+    async with MLLPClient("127.0.0.1", mllp.port) as client:
+        garbage = await client.send(b"this is not HL7 at all")
+    assert msa(garbage)[0] == "AE"
+    assert errs(garbage)[0][0] == "100"
+    found = await fhir.store.find_documents(DEAD_LETTERS, {"raw_message": "this is not HL7 at all"})
+    assert len(found) == 1
+
+
+async def test_an_oversize_message_is_rejected_and_the_connection_survives(
+        gateway: HL7Gateway) -> None:
+    server = await start_listener(gateway, "127.0.0.1", 0, max_message_bytes=4096)
+    try:
+        big = oru("BIG-1", results=CHEMISTRY * 30)
+        async with MLLPClient("127.0.0.1", server.port) as client:
+            assert msa(await client.send(big)) == ("AR", "BIG-1")
+            assert msa(await client.send(oru("SMALL-1"))) == ("AA", "SMALL-1")
+    finally:
+        await server.close()
+
+
+class FailingOnce:
+    """The FHIR service, except that the first transaction hits a storage failure."""
+
+    def __init__(self, fhir: FhirService) -> None:
+        self._fhir, self.store, self.failures = fhir, fhir.store, 1
+
+    async def transaction(self, bundle: JSON, **options: Any) -> JSON:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk I/O error")
+        return await self._fhir.transaction(bundle, **options)
+
+    async def search(self, kind: str, params: list[tuple[str, str]]) -> list[JSON]:
+        return await self._fhir.search(kind, params)
+
+
+async def test_a_storage_failure_is_ar_not_recorded_and_the_resend_is_stored(
+        fhir: FhirService) -> None:
+    gateway = HL7Gateway(FailingOnce(fhir))  # type: ignore[arg-type]
+    failed = await gateway.process(oru("IO-1"))
+    assert msa(failed.acks[0]) == ("AR", "IO-1")
+    assert errs(failed.acks[0]) == [("207", "E")]
+    assert await fhir.store.get_document(MESSAGES, "CITYLAB-LIS|CITY LAB|IO-1") is None
+    resent = await gateway.process(oru("IO-1"))
+    assert (resent.ack_code, resent.duplicate) == ("AA", False)
+    assert len(await search(fhir, "DiagnosticReport")) == 1
+
+
+async def test_a_dead_letter_is_retried_once_the_cause_is_gone(fhir: FhirService) -> None:
+    gateway = HL7Gateway(FailingOnce(fhir))  # type: ignore[arg-type]
+    failed = await gateway.process(oru("RETRY-1"))
+    assert failed.dead_letter_id is not None
+    retried = await gateway.retry_dead_letter(failed.dead_letter_id)
+    assert retried.ack_code == "AA"
+    assert await fhir.store.get_document(DEAD_LETTERS, failed.dead_letter_id) is None
+    assert len(await search(fhir, "Observation")) == len(CHEMISTRY)
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+async def test_a_stored_result_emits_result_received_with_the_resource_ids(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    await gateway.process(oru("EV-1"))
+    [event] = [e for e in await fhir.store.pending_events() if e["topic"] == RESULT_TOPIC]
+    payload = event["payload"]
+    [report] = await search(fhir, "DiagnosticReport")
+    assert payload["diagnostic_report_id"] == report["id"]
+    assert payload["patient_id"] == report["subject"]["reference"].removeprefix("Patient/")
+    assert sorted(payload["observation_ids"]) == sorted(
+        r["reference"].removeprefix("Observation/") for r in report["result"])
+    assert (payload["abnormal"], payload["critical"]) == (True, True)  # H and HH flags
+    assert (payload["filler_order_number"], payload["placer_order_number"]) == ("F-1001",
+                                                                                "P-5001")
+    assert payload["message"]["control_id"] == "EV-1"
+    assert event["source_service"] == "hl7_gateway"
+
+
+async def test_the_stored_original_message_is_byte_identical(gateway: HL7Gateway,
+                                                             fhir: FhirService) -> None:
+    raw = oru("RAW-1") + b"ZLB|1|site note\r"
+    await gateway.process(raw)
+    [binary] = await search(fhir, "Binary")
+    assert base64.b64decode(binary["data"]) == raw
+
+
+async def test_a_retry_that_fails_again_keeps_the_one_dead_letter(gateway: HL7Gateway,
+                                                                  fhir: FhirService) -> None:
+    still_broken = oru("AGAIN-1").replace(b"\rOBR|", b"\rXXX|")  # no OBR: never maps
+    failed = await gateway.process(still_broken)
+    assert failed.dead_letter_id is not None
+    with pytest.raises(RuntimeError, match="failed again"):
+        await gateway.retry_dead_letter(failed.dead_letter_id)
+    assert len(await fhir.store.find_documents(DEAD_LETTERS)) == 1

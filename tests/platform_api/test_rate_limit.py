@@ -1,0 +1,236 @@
+"""Rate limits: per client (user, API key or IP) and per route class, 429 with
+Retry-After and the envelope; in memory, or in Redis shared by several processes (the
+local server at 127.0.0.1:6379)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis_asyncio
+from asgi_lifespan import LifespanManager
+
+from platform_api.app import create_app
+from platform_api.rate_limit import Limit, MemoryLimiter, RedisLimiter, parse_limits
+from tests.conftest import make_settings, register_and_login
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+PASSWORD = "correct horse battery"
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """The whole app with these settings, and a client speaking to it."""
+    application = create_app(make_settings(tmp_path, **overrides))
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            yield application, c
+
+
+def assert_rate_limited(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text
+    assert response.json()["success"] is False
+    assert response.json()["error"]["code"] == "RATE_LIMITED"
+    assert int(response.headers["retry-after"]) >= 1
+    assert response.headers["ratelimit-remaining"] == "0"
+
+
+# -- the limiter -----------------------------------------------------------------------
+def test_limits_parse_and_refuse_nonsense() -> None:
+    assert Limit.parse("30/60") == Limit(30, 60.0)
+    for bad in ("30", "0/60", "30/0", "thirty/60", "30/-1"):
+        with pytest.raises(ValueError, match="requests"):
+            Limit.parse(bad)
+    assert parse_limits({"read": "5/1"})["read"] == Limit(5, 1.0)
+
+
+async def test_memory_limiter_counts_a_window_per_client_and_resets() -> None:
+    limiter = MemoryLimiter({"write": Limit(2, 0.3)})
+    first, second, third = [await limiter.hit("write", "user:amina") for _ in range(3)]
+    assert (first.allowed, first.remaining) == (True, 1)
+    assert (second.allowed, second.remaining) == (True, 0)
+    assert not third.allowed and 0 < third.reset_after <= 0.3
+    assert (await limiter.hit("write", "user:kwame")).allowed  # another client
+    assert not (await limiter.peek("write", "user:amina")).allowed
+    await asyncio.sleep(0.35)
+    assert (await limiter.hit("write", "user:amina")).allowed  # a new window
+    await limiter.reset("write", "user:amina")
+    assert (await limiter.peek("write", "user:amina")).remaining == 2
+
+
+# -- per route class -------------------------------------------------------------------
+async def test_reads_past_the_limit_get_429_with_retry_after_per_user(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"read": "3/60"}) as (_, client):
+        amina = await register_and_login(client)
+        kwame = await register_and_login(client, first_name="Kwame", last_name="Mensah")
+        answers = [await client.get("/api/auth/me", headers=amina["headers"]) for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert [a.headers["ratelimit-remaining"] for a in answers] == ["2", "1", "0"]
+        assert answers[0].headers["ratelimit-limit"] == "3"
+        assert_rate_limited(await client.get("/api/auth/me", headers=amina["headers"]))
+        assert (await client.get("/api/auth/me", headers=kwame["headers"])).status_code == 200
+        # Writes are another class with their own budget.
+        patient = {"first_name": "Amina", "last_name": "Odhiambo", "date_of_birth":
+                   "1988-04-12", "gender": "female"}
+        created = await client.post("/api/patients", json=patient, headers=amina["headers"])
+        assert created.status_code == 201
+
+
+async def test_fhir_rate_limit_answers_an_operation_outcome(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"read": "1/60"}) as (_, client):
+        amina = await register_and_login(client)
+        assert (await client.get("/fhir/Patient", headers=amina["headers"])).status_code == 200
+        refused = await client.get("/fhir/Patient", headers=amina["headers"])
+        assert refused.status_code == 429 and "retry-after" in refused.headers
+        assert refused.json()["resourceType"] == "OperationOutcome"
+        assert refused.json()["issue"][0]["code"] == "throttled"
+
+
+async def test_public_routes_are_limited_per_address(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"public": "2/60"}) as (_, client):
+        assert [(await client.get("/healthz")).status_code for _ in range(2)] == [200, 200]
+        assert_rate_limited(await client.get("/healthz"))
+        other = httpx.ASGITransport(app=client._transport.app,  # type: ignore[attr-defined]
+                                    client=("198.51.100.7", 4000))
+        async with httpx.AsyncClient(transport=other, base_url="http://testserver") as c:
+            assert (await c.get("/healthz")).status_code == 200
+
+
+async def test_login_class_is_stricter_than_reads(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"login": "4/60"}) as (_, client):
+        await register_and_login(client)  # register + login: 2 of 4
+        body = {"email": "nobody@clinic.example.org", "password": "guess-number-1"}
+        assert (await client.post("/api/auth/login", json=body)).status_code == 401
+        assert (await client.post("/api/auth/login", json=body)).status_code == 401
+        assert_rate_limited(await client.post("/api/auth/login", json=body))
+
+
+async def test_failed_logins_lock_the_account_not_the_others(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"login_failure": "3/900"}) as (_, client):
+        amina = await register_and_login(client)
+        kwame = await register_and_login(client, first_name="Kwame", last_name="Mensah")
+        wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
+        for _ in range(3):
+            assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
+        right = {"email": amina["user"]["email"], "password": PASSWORD}
+        locked = await client.post("/api/auth/login", json=right)
+        assert_rate_limited(locked)
+        assert "failed logins" in locked.json()["error"]["message"]
+        other = {"email": kwame["user"]["email"], "password": PASSWORD}
+        assert (await client.post("/api/auth/login", json=other)).status_code == 200
+
+
+async def test_a_successful_login_clears_the_failure_count(tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"login_failure": "2/900"}) as (_, client):
+        amina = await register_and_login(client)
+        wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
+        right = {"email": amina["user"]["email"], "password": PASSWORD}
+        for _ in range(3):
+            assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
+            assert (await client.post("/api/auth/login", json=right)).status_code == 200
+
+
+async def test_repeated_bad_credentials_turn_into_429_while_good_ones_pass(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path, rate_limits={"auth_failure": "2/60"}) as (_, client):
+        amina = await register_and_login(client)
+        bad = {"Authorization": "Bearer v4.public.not-a-real-token"}
+        assert (await client.get("/api/auth/me", headers=bad)).status_code == 401
+        assert (await client.get("/api/auth/me", headers=bad)).status_code == 401
+        assert_rate_limited(await client.get("/api/auth/me", headers=bad))
+        bad_key = {"X-API-Key": "hpk_AAAAAAAA." + "B" * 32}
+        assert_rate_limited(await client.get("/api/patients/me", headers=bad_key))
+        assert (await client.get("/api/auth/me", headers=amina["headers"])).status_code == 200
+
+
+async def test_route_limits_can_be_switched_off_but_brute_force_limits_stay(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path, rate_limit_enabled=False,
+                       rate_limits={"read": "1/60", "login_failure": "1/900"}) as (_, client):
+        amina = await register_and_login(client)
+        for _ in range(3):
+            answer = await client.get("/api/auth/me", headers=amina["headers"])
+            assert answer.status_code == 200 and "ratelimit-limit" not in answer.headers
+        wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
+        assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
+        assert_rate_limited(await client.post("/api/auth/login", json=wrong))
+
+
+# -- Redis -----------------------------------------------------------------------------
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    client = redis_asyncio.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
+    try:
+        await client.ping()
+    except (OSError, redis_asyncio.RedisError):
+        pytest.skip(f"no Redis server at {REDIS_URL}")
+    finally:
+        await client.aclose()
+    yield REDIS_URL
+
+
+async def test_redis_limiter_shares_counts_between_processes(redis_url: str) -> None:
+    prefix = f"hp:test:{uuid.uuid4().hex}"
+    limits = {"write": Limit(3, 5.0)}
+    first, second = RedisLimiter(redis_url, limits, prefix=prefix), RedisLimiter(
+        redis_url, limits, prefix=prefix)
+    try:
+        assert (await first.hit("write", "user:amina")).remaining == 2
+        assert (await second.hit("write", "user:amina")).remaining == 1
+        assert (await first.hit("write", "user:amina")).allowed
+        refused = await second.hit("write", "user:amina")
+        assert not refused.allowed and 0 < refused.reset_after <= 5
+        assert not (await first.peek("write", "user:amina")).allowed
+        assert (await second.hit("write", "user:kwame")).allowed
+        await first.reset("write", "user:amina")
+        assert (await second.peek("write", "user:amina")).remaining == 3
+        assert await first.ping()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_redis_window_expires(redis_url: str) -> None:
+    limiter = RedisLimiter(redis_url, {"mfa": Limit(1, 0.3)}, prefix=f"hp:test:{uuid.uuid4()}")
+    try:
+        assert (await limiter.hit("mfa", "user:amina")).allowed
+        assert not (await limiter.hit("mfa", "user:amina")).allowed
+        await asyncio.sleep(0.4)
+        assert (await limiter.hit("mfa", "user:amina")).allowed
+    finally:
+        await limiter.close()
+
+
+async def test_two_app_processes_on_redis_share_one_budget(
+    tmp_path: Path, redis_url: str
+) -> None:
+    settings = {"redis_url": redis_url, "rate_limits": {"read": "3/60"}}
+    async with running(tmp_path, **settings) as (_, first):
+        amina = await register_and_login(first)
+        async with running(tmp_path, **settings) as (second_app, second):
+            assert second_app.state.services.auth.limiter.backend == "redis"
+            me = "/api/auth/me"
+            assert (await first.get(me, headers=amina["headers"])).status_code == 200
+            assert (await second.get(me, headers=amina["headers"])).status_code == 200
+            assert (await first.get(me, headers=amina["headers"])).status_code == 200
+            assert_rate_limited(await second.get(me, headers=amina["headers"]))
+
+
+async def test_unreachable_redis_falls_back_to_counting_in_memory() -> None:
+    limiter = RedisLimiter("redis://127.0.0.1:9/0", {"login": Limit(2, 60.0)})
+    try:
+        assert (await limiter.hit("login", "ip:203.0.113.9")).allowed
+        assert (await limiter.hit("login", "ip:203.0.113.9")).allowed
+        assert not (await limiter.hit("login", "ip:203.0.113.9")).allowed
+        assert not await limiter.ping()
+    finally:
+        await limiter.close()
