@@ -11,7 +11,10 @@ For every message, whichever transport brought it (MLLP or HTTP):
 4. map it to one FHIR transaction (``hl7_gateway.v2_to_fhir``), resolve merged updates;
 5. commit the transaction through ``FhirService.transaction``;
 6. record the outcome and emit ``platform.lab.result_received`` per lab report, in one
-   unit of work right after the commit;
+   unit of work right after the commit (``FhirService.transaction`` commits its own unit
+   of work; a crash between the two means the sender resends and the message is
+   processed again: the conditional writes converge, only the stored original message
+   and its Provenance are written a second time);
 7. build the ACKs: original mode AA / AE / AR; enhanced mode the commit ACK (CA / CE /
    CR, per MSH-15) and then the application ACK (per MSH-16).
 
@@ -93,7 +96,7 @@ COMMIT_ATTEMPTS = 4
 _APPLICATION = {Outcome.ACCEPT: AckCode.AA, Outcome.ERROR: AckCode.AE,
                 Outcome.REJECT: AckCode.AR}
 _COMMIT = {Outcome.ACCEPT: AckCode.CA, Outcome.ERROR: AckCode.CE, Outcome.REJECT: AckCode.CR}
-_ABNORMAL_NORMAL = frozenset({"N", "NEG", "ND", "NR", "S"})
+_NORMAL_FLAGS = frozenset({"N", "NEG", "ND", "NR", "S"})
 _CRITICAL = frozenset({"AA", "HH", "LL", "HU", "LU"})
 
 
@@ -178,16 +181,20 @@ class _KeyedLocks:
 
 
 def build_acks(message: Message, outcome: Outcome, errors: Sequence[ErrorDetail], *,
-               safe: bool) -> list[str]:
+               safe: bool, commit_outcome: Outcome | None = None) -> list[str]:
     """The ACKs for ``message``; ``safe``: the message is in safe storage (committed, or
-    kept in the dead letters), which is what a commit ACK CA asserts."""
+    kept in the dead letters), which is what a commit ACK CA asserts.
+
+    ``commit_outcome`` overrides the commit ACK of an unsafe message: a storage failure
+    is AR in original mode ("retry later") but CE in enhanced mode (CR would claim the
+    header is incompatible).
+    """
     if ack_mode(message) is AckMode.ORIGINAL:
         return [build_ack(message, _APPLICATION[outcome], errors=errors)]
     acks = []
-    commit_outcome = Outcome.ACCEPT if safe else outcome
-    if commit_ack_required(message, commit_outcome):
-        acks.append(build_ack(message, _COMMIT[commit_outcome],
-                              errors=[] if safe else errors))
+    committed = Outcome.ACCEPT if safe else commit_outcome or outcome
+    if commit_ack_required(message, committed):
+        acks.append(build_ack(message, _COMMIT[committed], errors=[] if safe else errors))
     if safe and application_ack_required(message, outcome):
         acks.append(build_ack(message, _APPLICATION[outcome], errors=errors))
     return acks
@@ -351,9 +358,10 @@ class HL7Gateway:
         errors = [ErrorDetail(207, "the message could not be stored; send it again later")]
         _, dead_letter = await self._keep(raw, f"storage failure: {exc}", key=key,
                                           message=message, replay=replay)
-        return Processed(Outcome.REJECT,
-                         build_acks(message, Outcome.REJECT, errors, safe=False), errors,
-                         message.control_id, _kind(message), dead_letter_id=dead_letter)
+        acks = build_acks(message, Outcome.REJECT, errors, safe=False,
+                          commit_outcome=Outcome.ERROR)
+        return Processed(Outcome.REJECT, acks, errors, message.control_id, _kind(message),
+                         dead_letter_id=dead_letter)
 
     async def _unparseable(self, raw: bytes, exc: HL7ParseError, replay: bool) -> Processed:
         ack = build_unparseable_ack(raw, exc)
@@ -472,41 +480,44 @@ def _from_record(record: JSON) -> Processed:
 
 def _result_events(message: Message, mapped: MappedMessage, ids: Sequence[str]
                    ) -> list[tuple[str, JSON]]:
-    """One ``platform.lab.result_received`` event per DiagnosticReport of an ORU."""
+    """One ``platform.lab.result_received`` event (id, payload) per DiagnosticReport of an
+    ORU; the event id derives from the message and report, so a replay repeats it."""
     if message.message_type != "ORU":
         return []
-    by_url = {e.full_url: ids[i] for i, e in enumerate(mapped.entries) if i < len(ids)}
+    located = {e.full_url: ids[i] for i, e in enumerate(mapped.entries) if i < len(ids)}
     msh = message.msh
     namespace = message_namespace(msh.raw_field(3), msh.raw_field(4), message.control_id)
-    events = []
-    for entry in mapped.resources("DiagnosticReport"):
-        report = entry.resource
-        results = [by_url.get(r.get("reference", ""), "") for r in report.get("result", [])]
-        observations = [e.resource for e in mapped.entries
-                        if e.full_url in {r.get("reference") for r in report.get("result", [])}]
-        flags = {c.get("code") for o in observations for i in o.get("interpretation", [])
-                 for c in i.get("coding", [])}
-        coding = (report.get("code", {}).get("coding") or [{}])[0]
-        identifiers = {((i.get("type") or {}).get("coding") or [{}])[0].get("code"): i
-                       for i in report.get("identifier", [])}
-        payload = {
-            "diagnostic_report_id": _id_of(by_url.get(entry.full_url, "")),
-            "patient_id": _id_of(by_url.get(report["subject"]["reference"], "")),
-            "observation_ids": [_id_of(r) for r in results if r],
-            "status": report.get("status"),
-            "code": {k: coding.get(k) for k in ("system", "code", "display") if coding.get(k)},
-            "abnormal": bool(flags - _ABNORMAL_NORMAL - {None}),
-            "critical": bool(flags & _CRITICAL),
-            "filler_order_number": (identifiers.get("FILL") or {}).get("value"),
-            "placer_order_number": (identifiers.get("PLAC") or {}).get("value"),
-            "service_request_ids": [_id_of(by_url.get(b["reference"], ""))
-                                    for b in report.get("basedOn", [])],
-            "message": {"control_id": message.control_id, "type": _kind(message),
-                        "sending_application": msh.component(3, 1),
-                        "sending_facility": msh.component(4, 1)},
-        }
-        events.append((str(uuid.uuid5(namespace, f"result:{entry.key}")), payload))
-    return events
+    return [(str(uuid.uuid5(namespace, f"result:{entry.key}")),
+             _result_payload(message, mapped, entry.resource, entry.full_url, located))
+            for entry in mapped.resources("DiagnosticReport")]
+
+
+def _result_payload(message: Message, mapped: MappedMessage, report: JSON, full_url: str,
+                    located: Mapping[str, str]) -> JSON:
+    results = {r.get("reference", "") for r in report.get("result", [])}
+    flags = {c.get("code") for e in mapped.entries if e.full_url in results
+             for i in e.resource.get("interpretation", []) for c in i.get("coding", [])}
+    coding = (report.get("code", {}).get("coding") or [{}])[0]
+    by_type = {((i.get("type") or {}).get("coding") or [{}])[0].get("code"): i.get("value")
+               for i in report.get("identifier", [])}
+    return {
+        "diagnostic_report_id": _id_of(located.get(full_url, "")),
+        "patient_id": _id_of(located.get(report["subject"]["reference"], "")),
+        "observation_ids": [_id_of(located[r]) for r in
+                            (ref.get("reference", "") for ref in report.get("result", []))
+                            if r in located],
+        "service_request_ids": [_id_of(located.get(b["reference"], ""))
+                                for b in report.get("basedOn", [])],
+        "status": report.get("status"),
+        "code": {k: coding[k] for k in ("system", "code", "display") if coding.get(k)},
+        "abnormal": bool(flags - _NORMAL_FLAGS - {None}),
+        "critical": bool(flags & _CRITICAL),
+        "filler_order_number": by_type.get("FILL"),
+        "placer_order_number": by_type.get("PLAC"),
+        "message": {"control_id": message.control_id, "type": _kind(message),
+                    "sending_application": message.msh.component(3, 1),
+                    "sending_facility": message.msh.component(4, 1)},
+    }
 
 
 def _id_of(location: str) -> str:

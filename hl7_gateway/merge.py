@@ -12,6 +12,9 @@ entry into a version-checked update of that resource (``PUT Type/id`` + ``ifMatc
   for what it sends);
 - ``identifier`` and ``link`` are unions (mapped first, then the stored ones the message
   does not repeat), so nothing that identifies or links the resource is lost;
+- who a request is for and who made it (``subject``, ``requester``) stay as first
+  recorded: a lab's status update must not move an order to another patient record, or
+  take it away from the clinician who placed it;
 - everything else the stored resource holds stays.
 
 When nothing matches, the entry stays a conditional update and creates the resource.
@@ -52,6 +55,7 @@ def _identity(key: str, item: Any) -> Any:
 
 
 _UNIONS = frozenset({"identifier", "link"})
+_KEPT = frozenset({"subject", "requester"})
 
 
 def _union(key: str, mapped: Iterable[Any], stored: Iterable[Any]) -> list[Any]:
@@ -70,7 +74,7 @@ def overlay(stored: JSON, mapped: JSON) -> JSON:
     result.pop("meta", None)
     result.pop("text", None)  # a narrative of the old content would now be wrong
     for key, value in mapped.items():
-        if key in {"id", "meta"}:
+        if key in {"id", "meta"} or (key in _KEPT and key in result):
             continue
         if key in _UNIONS and isinstance(value, list) and isinstance(result.get(key), list):
             result[key] = _union(key, value, result[key])

@@ -32,7 +32,6 @@ counter: a few microseconds (``bench/auth.py``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,13 +49,10 @@ from platform_api.envelope import ApiError, forbidden
 from platform_api.rate_limit import Decision, MemoryLimiter, rate_limited
 from platform_api.refusals import refusal_response
 
-log = logging.getLogger("healthplatform.access")
-
 PUBLIC = "public"  # no credentials
 AUTHENTICATED = "authenticated"  # a user's token or an API key (see Rule.roles, .scope)
 WEBHOOK = "webhook"  # no token: the handler verifies the sender's signature
 MFA_TOKEN = "mfa-token"  # the MFA token a login returned (Bearer mfa_…)
-UNLISTED = "unlisted"  # a route of the app missing from the table (see AccessControl)
 
 PLATFORM_ADMINS = frozenset({SUPER_ADMIN, APP_ADMIN})
 SUPER_ADMINS = frozenset({SUPER_ADMIN})
@@ -251,24 +247,22 @@ def app_route_templates(routes: Iterable[Any], prefix: str = "") -> Iterator[tup
                     yield method, normalize(prefix + context.path)
 
 
+def unlisted_routes(table: Mapping[tuple[str, str], Rule], app_routes: Iterable[Any]
+                    ) -> list[tuple[str, str]]:
+    """Routes of the app the table has no rule for (the access test lists them).
+
+    At run time such a route matches nothing: it is left to its own dependencies, as
+    FastAPI would without this module, and ``authenticate_request`` refuses API keys
+    there, so a key never reaches a route nobody gave a scope."""
+    return sorted({key for key in app_route_templates(app_routes) if key not in table})
+
+
 class AccessControl:
-    """The table compiled for one app: its routes, each with a rule.
+    """The table compiled for matching requests: static paths in a dict, templates in a
+    trie of path segments."""
 
-    A route of the app missing from the table gets the ``UNLISTED`` rule: the middleware
-    leaves it to the route's own dependencies (as FastAPI would without this module)
-    and ``authenticate_request`` refuses API keys there, so a key never reaches a route
-    nobody gave a scope. The access test fails while any route is unlisted."""
-
-    UNLISTED_RULE = Rule(UNLISTED, reason="not in the access table")
-
-    def __init__(self, table: Mapping[tuple[str, str], Rule], app_routes: Iterable[Any] = ()):
+    def __init__(self, table: Mapping[tuple[str, str], Rule]):
         self.table = dict(table)
-        self.unlisted = sorted({key for key in app_route_templates(app_routes)
-                                if key not in self.table})
-        for method, path in self.unlisted:
-            log.warning("route %s %s is not in the access table (platform_api/access.py): "
-                        "its own dependencies decide, API keys are refused", method, path)
-            self.table[(method, path)] = self.UNLISTED_RULE
         self._static: dict[tuple[str, str], Rule] = {}
         self._root = _Node()
         for (method, path), rule in self.table.items():
@@ -376,9 +370,11 @@ class AccessMiddleware:
         self._control: AccessControl | None = None
         self._auth: Any = None
 
-    def control(self, app: Any) -> AccessControl:
+    def control(self) -> AccessControl:
+        # From the table alone: a route it does not list matches nothing and passes
+        # through (see unlisted_routes).
         if self._control is None:
-            self._control = AccessControl(self.table, getattr(app, "routes", ()))
+            self._control = AccessControl(self.table)
         return self._control
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -389,7 +385,7 @@ class AccessMiddleware:
         root = scope.get("root_path")
         if root and path.startswith(root):
             path = path[len(root):]
-        found = self.control(scope["app"]).match(scope["method"], path)
+        found = self.control().match(scope["method"], path)
         if found is None:
             await self.app(scope, receive, send)
             return
@@ -422,8 +418,6 @@ class AccessMiddleware:
         if state is None:
             state = scope["state"] = {}
         state["access_rule"] = rule  # authenticate_request reads it (API keys, see there)
-        if rule.access == UNLISTED:
-            return None
         auth = self._auth or self._bind(scope["app"])
         client = scope.get("client")
         ip = client[0] if client else "unknown"
@@ -431,7 +425,8 @@ class AccessMiddleware:
             return await self._spend(auth, rule.limit, "ip:" + ip)
         credentials = _credentials(scope)
         if rule.access == MFA_TOKEN:
-            if not (credentials.authorization or "").startswith("Bearer mfa_"):
+            scheme, _, token = (credentials.authorization or "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip().startswith("mfa_"):
                 raise missing_token("This completes a login: send Authorization: Bearer "
                                     "<mfa_token from /api/auth/login>")
             return await self._spend(auth, rule.limit, "ip:" + ip)

@@ -3,11 +3,14 @@
 A signed-in user manages their own keys: create (the secret is in the answer once and
 never again), list (never a secret), rotate (a new secret; the old one keeps working
 for 24 hours) and revoke (at once). Keys are presented as ``X-API-Key: hpk_<id>.<secret>``
-and reach only the routes their scopes name (:mod:`platform_api.access`); an API key
-cannot manage keys. Scopes are ``<resource>:<action>`` with action ``read``, ``write``
-or ``*``, and resource an /api resource (``patients``, ``vitals``, ``appointments``, the
-first path segment after /api), a FHIR resource type for /fhir (``Patient``,
-``Observation``) or ``*``. Every change is audited as a FHIR AuditEvent.
+and reach only the routes their scopes name (:mod:`platform_api.access`); there a key
+acts for the account that made it (its memberships, not its administrator roles), and it
+stops working while that account is suspended. An API key cannot manage keys.
+
+Scopes are ``<resource>:<action>`` with action ``read``, ``write`` or ``*``, and
+resource an /api resource (``patients``, ``vitals``, ``appointments``: the first path
+segment after /api), a FHIR resource type for /fhir (``Patient``, ``Observation``) or
+``*``. Every change is audited as a FHIR AuditEvent.
 
 Storage and key format: :mod:`platform_api.auth.api_keys`.
 """

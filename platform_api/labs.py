@@ -49,7 +49,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from fhir_server.store.sqlite import now_instant
 from hl7_gateway.gateway import FAILED_TOPIC, HL7Gateway
@@ -263,8 +263,11 @@ async def _message_bytes(request: Request) -> bytes:
     if media == "application/json" or media.endswith("+json"):
         try:
             payload = IngestRequest.model_validate(orjson.loads(body or b"null"))
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            raise ApiError(422, "VALIDATION_ERROR", f"message: {exc}".splitlines()[0],
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(422, "VALIDATION_ERROR", f"The body is not JSON: {exc}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ApiError(422, "VALIDATION_ERROR", f"message: {first['msg']}",
                            field="message") from None
         return encode_message(payload.message)
     if media not in HL7_MEDIA_TYPES:

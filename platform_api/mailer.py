@@ -72,10 +72,7 @@ class Mailer:
     async def send(self, to: str, subject: str, body: str) -> bool:
         """Send one message; ``False`` (and a log line) when disabled or refused."""
         if not self.enabled:
-            # Once per process: an install without a mail server is a choice, not news.
-            level = logging.DEBUG if self._warned_disabled else logging.WARNING
-            self._warned_disabled = True
-            log.log(level, "e-mail is disabled (no smtp_host): not sending %r", subject)
+            self.report_disabled(subject)
             return False
         client = self._client()
         try:
@@ -86,6 +83,13 @@ class Mailer:
                       self.config.host, self.config.port, exc)
             return False
         return True
+
+    def report_disabled(self, subject: str) -> None:
+        """Log that a message is not sent: a warning once per process (an install without
+        a mail server is a choice, not news), then debug lines."""
+        level = logging.DEBUG if self._warned_disabled else logging.WARNING
+        self._warned_disabled = True
+        log.log(level, "e-mail is disabled (no smtp_host): not sending %r", subject)
 
     async def check(self) -> str:
         """``ok``, ``disabled`` or ``unreachable: <reason>`` (for the health report)."""

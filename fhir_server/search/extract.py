@@ -30,8 +30,6 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
 from fhir_server.search.dates import date_range
 from fhir_server.search.fhirpath import split_union
 from fhir_server.search.registry import (
@@ -300,31 +298,30 @@ class _Composite:
 
 # --- full text ---------------------------------------------------------------------------
 
-_KEY_VALUE = re.compile(rb'"([A-Za-z_]+)":"((?:[^"\\]|\\.)*)"')
-_KEY_LIST = re.compile(rb'"([A-Za-z_]+)":\[("(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)\]')
-_LIST_ITEM = re.compile(rb'"((?:[^"\\]|\\.)*)"')
-
-
-def _decoded(raw: bytes) -> str:
-    return orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()  # type: ignore[no-any-return]
+_SKIP_CONTENT = _CONTENT_SKIP | {"resourceType"}
 
 
 def full_text(resource: dict[str, Any]) -> tuple[str, str]:
-    """(narrative, content): the narrative's text, and every string value of the resource
-    except identifiers of things (ids, references, systems, urls, the narrative's XHTML).
+    """(narrative, content): the narrative's text, and every distinct string value of the
+    resource except identifiers of things (ids, references, systems, urls, the XHTML).
 
-    Read from the compact JSON with regular expressions: on the write path this is several
-    times faster than walking the dicts."""
+    An explicit stack rather than recursion: this runs on every write."""
     text = resource.get("text")
     div = text.get("div") if isinstance(text, dict) else None
     narrative = _TAG.sub(" ", div) if isinstance(div, str) else ""
-    raw = orjson.dumps(resource)
-    parts = [_decoded(value) for key, value in _KEY_VALUE.findall(raw)
-             if key.decode() not in _CONTENT_SKIP and key != b"resourceType"]
-    for key, items in _KEY_LIST.findall(raw):
-        if key.decode() not in _CONTENT_SKIP:
-            parts.extend(_decoded(item) for item in _LIST_ITEM.findall(items))
-    return narrative, " ".join(parts)
+    parts: list[str] = []
+    stack: list[Any] = [resource]
+    while stack:
+        node = stack.pop()
+        for key, item in (node.items() if type(node) is dict else enumerate(node)):
+            if key in _SKIP_CONTENT:
+                continue
+            kind = type(item)
+            if kind is str:
+                parts.append(item)
+            elif kind is dict or kind is list:
+                stack.append(item)
+    return narrative, " ".join(dict.fromkeys(parts))
 
 
 # --- the extractor -----------------------------------------------------------------------

@@ -508,9 +508,28 @@ def _resolve(item: Any, env: Env) -> Resolved | None:
     return None
 
 
+def _resolve_is(node: Node) -> str | None:
+    """The type T of ``resolve() is T`` (50 R4 definitions filter references this way)."""
+    if node.kind == "binary" and node.name == "is":
+        left, right = node.args
+        if left.kind == "func" and left.name == "resolve" and left.base is None:
+            return right.name
+    return None
+
+
 def _f_where(c: Compiler, base: Evaluator, args: tuple[Node, ...]) -> Evaluator:
     if len(args) != 1:
         raise UnsupportedExpression("where() takes one argument")
+    target = _resolve_is(args[0])
+    if target is not None:
+        def references_to(items: Items, env: Env) -> Items:
+            found = []
+            for item in base(items, env):
+                resolved = _resolve(item, env)
+                if resolved is not None and _has_type(resolved, target):
+                    found.append(item)
+            return found
+        return references_to
     criteria = c.node(args[0])
 
     def where(items: Items, env: Env) -> Items:

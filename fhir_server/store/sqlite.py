@@ -79,7 +79,7 @@ _LOOKUPS: dict[str, list[str]] = {
     # references to one target whatever the parameter.
     "reference": ["target_id, type, param, rid"],
     "uri": ["type, param, value, rid"],
-    "composite": ["type, param, code, rid"],
+    "composite": ["type, param, code, lo"],  # quantity/number values are points: lo = hi
 }
 # Bumped when the index tables change shape: open() then rebuilds them empty and asks for
 # ``healthplatform reindex``.
@@ -548,8 +548,8 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return self._search.search(plan)
 
-    def _fetch_rids(self, rids: Sequence[int]) -> list[StoredResource]:
-        """Current versions of ``rids``, in that order (deleted ones left out)."""
+    def _fetch_rids(self, rids: Sequence[int]) -> list[tuple[int, StoredResource]]:
+        """(rid, current version) of ``rids``, in that order (deleted ones left out)."""
         if not rids:
             return []
         found: dict[int, StoredResource] = {}
@@ -562,7 +562,7 @@ class SQLiteStore:
                 f"WHERE r.rid IN ({','.join('?' * len(chunk))}) AND r.deleted = 0", chunk)
             for row in rows:
                 found[row[7]] = _stored(row[:7])
-        return [found[r] for r in rids if r in found]
+        return [(r, found[r]) for r in rids if r in found]
 
     async def count_current(self) -> int:
         return int(self.conn.execute(
@@ -577,7 +577,7 @@ class SQLiteStore:
             if not rids:
                 return
             after = rids[-1]
-            yield self._fetch_rids(rids)
+            yield [resource for _rid, resource in self._fetch_rids(rids)]
 
     async def replace_index(self, items: Sequence[tuple[StoredResource, IndexRows]]) -> None:
         conn = self.conn

@@ -54,6 +54,9 @@ from fhir_server.search.plan import (
 from fhir_server.store.port import InvalidSearch, SearchPage, SearchTooCostly, StoredResource
 
 ESTIMATE_CAP = 2000  # matches counted per clause to choose the driving one
+DRIVE_NOW = 100  # a clause matching at most this many drives without estimating more
+_PRIORITY = {"reference": 0, "id": 0, "token": 1, "string": 2, "uri": 2, "composite": 2,
+             "number": 3, "quantity": 3, "text": 3, "date": 4, "lastUpdated": 4}
 SORT_MATERIALIZE = 2000  # up to this many matches are sorted in full
 MATERIALIZE_MAX = 20000  # beyond this a multi-key sort is refused (no index can stream it)
 MAX_INCLUDED = 1000  # included resources per page
@@ -91,6 +94,15 @@ class Compiled:
     check: Callable[[str], SQL]  # rid expression → boolean SQL
     estimate: int | None = None
     inner_large: bool = False  # a chain/_has whose inner search is too broad to drive
+    # Clauses are estimated most-likely-selective first (0: an id or a reference) and the
+    # planner stops once one is small enough to drive: counting the others costs more
+    # than checking them.
+    priority: int = 2
+    countable: bool = True  # counting its source is cheap (not a chain or _has)
+    # Its source yields rids in order from the index (one code, one reference target):
+    # it can stream a page however many match. Otherwise a large source would have to be
+    # sorted in full, and scanning the type in rid order with checks is cheaper.
+    ordered: bool = False
 
 
 def _in(column: str, values: Sequence[Any]) -> SQL:
@@ -204,6 +216,27 @@ def _number_cond(prefix: str, value: float, s_lo: float, s_hi: float, lo: str = 
             return f"{lo} <= ? AND {hi} >= ?", [value + margin, value - margin]
 
 
+def _point_cond(prefix: str, value: float, s_lo: float, s_hi: float, column: str) -> SQL:
+    """A number comparison on a stored point value (a composite's quantity or number):
+    one column, so the ``(type, param, code, lo)`` index can seek the range."""
+    match prefix:
+        case "eq":
+            return f"{column} >= ? AND {column} < ?", [s_lo, s_hi]
+        case "ne":
+            return f"NOT ({column} >= ? AND {column} < ?)", [s_lo, s_hi]
+        case "gt" | "sa":
+            return f"{column} > ?", [value]
+        case "lt" | "eb":
+            return f"{column} < ?", [value]
+        case "ge":
+            return f"{column} >= ?", [value]
+        case "le":
+            return f"{column} <= ?", [value]
+        case _:
+            margin = abs(value) * 0.1
+            return f"{column} >= ? AND {column} <= ?", [value - margin, value + margin]
+
+
 def _quantity_cond(c: RangeCriterion) -> SQL:
     if c.canonical is not None:  # a UCUM unit: compare in its base unit
         unit, value, lo, hi = c.canonical
@@ -246,7 +279,7 @@ def _composite_cond(c: CompositeCriterion) -> SQL:
         case "token":
             tail = _token_cond(c.tail, "x.vsystem", "x.vcode", "x.vcode")
         case "quantity":
-            number, args = _number_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi)
+            number, args = _point_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi, "x.lo")
             units, unit_args = [number], list(args)
             if c.tail.code is not None:
                 units.append("x.vcode = ?")
@@ -256,7 +289,7 @@ def _composite_cond(c: CompositeCriterion) -> SQL:
                 unit_args.append(c.tail.system)
             tail = " AND ".join(units), unit_args
         case "number":
-            tail = _number_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi)
+            tail = _point_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi, "x.lo")
         case "date":
             tail = _date_cond(c.tail)
         case "string":
@@ -293,6 +326,25 @@ def _or(parts: Sequence[SQL]) -> SQL:
 def _fts_query(c: TextCriterion) -> str:
     terms = " AND ".join(f'"{t}"*' for t in c.terms)
     return f"{c.column} : ({terms})"
+
+
+def _equality(clause: Clause, kind: str) -> bool:
+    """One criterion comparing the lookup index's leading value column for equality."""
+    if len(clause.criteria) != 1:
+        return False
+    criterion = clause.criteria[0]
+    if kind == "token":
+        return isinstance(criterion, TokenCriterion) and criterion.code is not None \
+            and criterion.text is None
+    if kind == "reference":
+        return isinstance(criterion, ReferenceCriterion) and criterion.id is not None
+    return False
+
+
+def _inner_priority(inner: Compiled) -> int:
+    """A chain or _has over a handful of resources (an identifier) is as selective as an
+    id; over many, it is estimated last."""
+    return 0 if (inner.estimate or 0) <= DRIVE_NOW else 5
 
 
 # --- the compiler ------------------------------------------------------------------------
@@ -350,7 +402,9 @@ class Compiler:
         type_sql, type_args = _types(f"{x}.type", types, self.all_types)
         source = Source(f"{table} {x}", f"{type_sql} AND {param_sql} AND ({cond})",
                         [*type_args, *param_args, *cond_args], f"{x}.rid")
-        return Compiled(source, check)
+        return Compiled(source, check, priority=_PRIORITY.get(kind, 2),
+                        ordered=_equality(clause, kind) and len(params) == 1
+                        and len(types) == 1)
 
     def _missing(self, clause: Clause, types: Sequence[str]) -> Compiled:
         table = TABLE_OF.get(clause.type)
@@ -378,7 +432,8 @@ class Compiler:
         source = Source(f"resources {r}", f"{type_sql} AND {r}.deleted = 0 AND {cond}",
                         [*type_args, *args], f"{r}.rid")
         return Compiled(source, lambda rid: (
-            f"EXISTS (SELECT 1 FROM resources {r} WHERE {r}.rid = {rid} AND {cond})", args))
+            f"EXISTS (SELECT 1 FROM resources {r} WHERE {r}.rid = {rid} AND {cond})", args),
+            priority=0)
 
     def _last_updated(self, clause: Clause, types: Sequence[str]) -> Compiled:
         r = self.alias("r")
@@ -387,7 +442,8 @@ class Compiler:
         source = Source(f"resources {r}", f"{type_sql} AND {r}.deleted = 0 AND ({cond})",
                         [*type_args, *args], f"{r}.rid")
         return Compiled(source, lambda rid: (
-            f"EXISTS (SELECT 1 FROM resources {r} WHERE {r}.rid = {rid} AND ({cond}))", args))
+            f"EXISTS (SELECT 1 FROM resources {r} WHERE {r}.rid = {rid} AND ({cond}))", args),
+            priority=4)
 
     def _text(self, clause: Clause, types: Sequence[str]) -> Compiled:
         queries = [_fts_query(c) for c in clause.criteria]
@@ -398,7 +454,7 @@ class Compiler:
         source = Source(f"resources {r}",
                         f"{type_sql} AND {r}.deleted = 0 AND {r}.rid IN ({inner})",
                         [*type_args, match], f"{r}.rid")
-        return Compiled(source, lambda rid: (f"{rid} IN ({inner})", [match]))
+        return Compiled(source, lambda rid: (f"{rid} IN ({inner})", [match]), priority=3)
 
     # -- chains and _has ---------------------------------------------------------------------
     def _inner(self, clause: Clause, types: Sequence[str]) -> tuple[Compiled, bool]:
@@ -436,7 +492,7 @@ class Compiler:
             f"{x}.target_id IN (SELECT {t}.id FROM resources {t} WHERE {t}.rid IN "
             f"({inner_sql})) AND {type_sql} AND {param_sql} AND {targets_sql}",
             [*inner_args, *type_args, *param_args, *targets_args], f"{x}.rid")
-        return Compiled(source, check)
+        return Compiled(source, check, priority=_inner_priority(inner), countable=False)
 
     def _has(self, clause: Clause, types: Sequence[str]) -> Compiled:
         has: HasCriterion = clause.criteria[0]
@@ -463,7 +519,10 @@ class Compiler:
             f"{type_sql} AND {r}.deleted = 0 AND {r}.id IN (SELECT {x}.target_id FROM "
             f"idx_reference {x} WHERE {where} AND {x}.rid IN ({inner_sql}))",
             [*type_args, *where_args, *args], f"{r}.rid")
-        return Compiled(source, check)
+        # At most one target per inner match: the inner count bounds this one, and counting
+        # the set itself would evaluate the whole inner search again.
+        return Compiled(source, check, estimate=inner.estimate, priority=_inner_priority(inner),
+                        countable=False)
 
     # -- compartments --------------------------------------------------------------------------
     def compartment(self, plan: SearchPlan) -> Compiled:
@@ -491,7 +550,7 @@ class Compiler:
                 sql = (f"({sql} OR EXISTS (SELECT 1 FROM resources {r} WHERE {r}.rid = {rid} "
                        f"AND {r}.type = ? AND {r}.id = ?))")
             return sql, [*member_args, *owner_args]
-        return Compiled(source, check)
+        return Compiled(source, check, priority=0)
 
 
 # --- sort keys -----------------------------------------------------------------------------
@@ -547,8 +606,8 @@ class _Query:
 class SQLiteSearch:
     """Runs search plans on the store's connection (synchronously, like every call)."""
 
-    def __init__(self, conn: sqlite3.Connection, fetch: Callable[[Sequence[int]],
-                                                                 list[StoredResource]]):
+    def __init__(self, conn: sqlite3.Connection,
+                 fetch: Callable[[Sequence[int]], list[tuple[int, StoredResource]]]):
         self.conn = conn
         self.fetch = fetch
 
@@ -579,19 +638,28 @@ class SQLiteSearch:
         if plan.compartment is not None:
             compiled.append(compiler.compartment(plan))
         query = _Query(plan, compiled)
-        drivers = [c for c in compiled if c.source is not None]
-        for candidate in drivers:
+        drivers: list[Compiled] = []
+        for candidate in sorted((c for c in compiled if c.source is not None),
+                                key=lambda c: c.priority):
             assert candidate.source is not None
-            candidate.estimate = compiler.capped_count(candidate.source, ESTIMATE_CAP)
+            if candidate.estimate is None:
+                candidate.estimate = compiler.capped_count(candidate.source, ESTIMATE_CAP)
             if candidate.estimate == 0:
                 query.empty = True
                 return query
+            drivers.append(candidate)
+            if candidate.estimate <= DRIVE_NOW:
+                break
         if drivers:
-            query.driver = min(drivers, key=lambda c: c.estimate or 0)
-            query.exact_small = (query.driver.estimate or 0) <= ESTIMATE_CAP
-        else:  # every candidate of the type(s) drives: small tables are small results
-            query.exact_small = compiler.capped_count(self.base_source(plan),
-                                                      ESTIMATE_CAP) <= ESTIMATE_CAP
+            best = min(drivers, key=lambda c: c.estimate or 0)
+            small = (best.estimate or 0) <= ESTIMATE_CAP
+            if small or best.ordered:
+                query.driver = best
+                query.exact_small = small and best.countable
+            return query
+        # Every resource of the type(s) is a candidate: small tables are small results.
+        query.exact_small = compiler.capped_count(self.base_source(plan),
+                                                  ESTIMATE_CAP) <= ESTIMATE_CAP
         return query
 
     def base_source(self, plan: SearchPlan) -> Source:
@@ -625,7 +693,7 @@ class SQLiteSearch:
             page = self._page(query, rows, more)
             page.total = self._total(query, page)
             if plan.includes or plan.revincludes:
-                page.included = self._includes(plan, page.resources)
+                page.included = self._includes(plan, [r[-1] for r in rows])
             return page
 
     def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
@@ -816,8 +884,7 @@ class SQLiteSearch:
     # -- pages ------------------------------------------------------------------------------
     def _page(self, query: _Query, rows: list[tuple[Any, ...]], more: bool) -> SearchPage:
         plan = query.plan
-        rids = [r[-1] for r in rows]
-        resources = self.fetch(rids)
+        resources = [resource for _rid, resource in self.fetch([r[-1] for r in rows])]
         backwards = plan.cursor is not None and plan.cursor.backwards
         page = SearchPage(resources)
         if rows:
@@ -831,40 +898,38 @@ class SQLiteSearch:
         return page
 
     # -- _include / _revinclude -----------------------------------------------------------------
-    def _includes(self, plan: SearchPlan, matches: list[StoredResource]) -> list[StoredResource]:
-        seen = {(r.resource_type, r.id) for r in matches}
+    def _includes(self, plan: SearchPlan, page_rids: Sequence[int]) -> list[StoredResource]:
+        """Resources the page references (``_include``) or that reference it
+        (``_revinclude``), repeated on what was added for ``:iterate``, at most
+        MAX_INCLUDED."""
+        seen = set(page_rids)
         included: list[StoredResource] = []
-        frontier = matches
+        frontier = list(page_rids)
+        iterate = any(i.iterate for i in [*plan.includes, *plan.revincludes])
         for depth in range(MAX_INCLUDE_DEPTH):
-            found: list[StoredResource] = []
             includes = [i for i in plan.includes if depth == 0 or i.iterate]
             revincludes = [i for i in plan.revincludes if depth == 0 or i.iterate]
             rids = self._forward(includes, frontier) + self._reverse(revincludes, frontier)
-            for resource in self.fetch(list(dict.fromkeys(rids))):
-                key = (resource.resource_type, resource.id)
-                if key not in seen:
-                    seen.add(key)
-                    found.append(resource)
-            included += found
-            if len(included) > MAX_INCLUDED:
+            new = [r for r in dict.fromkeys(rids) if r not in seen]
+            seen.update(new)
+            if len(included) + len(new) > MAX_INCLUDED:
                 raise InvalidSearch(
                     f"_include/_revinclude would add more than {MAX_INCLUDED} resources to "
                     "this page; lower _count or narrow the search")
-            if not found or not any(i.iterate for i in [*plan.includes, *plan.revincludes]):
+            included += [resource for _rid, resource in self.fetch(new)]
+            if not new or not iterate:
                 break
-            frontier = found
+            frontier = new
         return included
 
-    def _forward(self, includes: Sequence[Include], frontier: Sequence[StoredResource]
-                 ) -> list[int]:
+    def _forward(self, includes: Sequence[Include], frontier: Sequence[int]) -> list[int]:
+        if not includes or not frontier:
+            return []
         rids: list[int] = []
+        sources, source_args = _in("x.rid", frontier)
         for include in includes:
-            sources = [r for r in frontier if r.resource_type == include.source_type]
-            if not sources:
-                continue
-            holder = ",".join("(?, ?)" for _ in sources)
-            where = ["x.target_id IS NOT NULL"]
-            args: list[Any] = [v for r in sources for v in (r.resource_type, r.id)]
+            where = [sources, "x.type = ?", "x.target_id IS NOT NULL"]
+            args: list[Any] = [*source_args, include.source_type]
             if include.param != "*":
                 param_sql, param_args = _in("x.param", include.stored or (include.param,))
                 where.append(param_sql)
@@ -873,23 +938,27 @@ class SQLiteSearch:
                 where.append("x.target_type = ?")
                 args.append(include.target_type)
             rows = self.conn.execute(
-                "SELECT DISTINCT t.rid FROM resources s JOIN idx_reference x ON x.rid = s.rid "
-                "JOIN resources t ON t.type = x.target_type AND t.id = x.target_id "
-                f"WHERE (s.type, s.id) IN (VALUES {holder}) AND {' AND '.join(where)} "
-                "AND t.deleted = 0 LIMIT ?", [*args, MAX_INCLUDED + 1]).fetchall()
+                "SELECT DISTINCT t.rid FROM idx_reference x JOIN resources t "
+                "ON t.type = x.target_type AND t.id = x.target_id "
+                f"WHERE {' AND '.join(where)} AND t.deleted = 0 LIMIT ?",
+                [*args, MAX_INCLUDED + 1]).fetchall()
             rids += [r[0] for r in rows]
         return rids
 
-    def _reverse(self, revincludes: Sequence[Include], frontier: Sequence[StoredResource]
-                 ) -> list[int]:
+    def _reverse(self, revincludes: Sequence[Include], frontier: Sequence[int]) -> list[int]:
+        if not revincludes or not frontier:
+            return []
+        where_rids, rid_args = _in("rid", frontier)
+        targets = self.conn.execute(f"SELECT type, id FROM resources WHERE {where_rids}",
+                                    rid_args).fetchall()
         rids: list[int] = []
         for include in revincludes:
-            targets = [r for r in frontier
-                       if include.target_type in (None, r.resource_type)]
-            if not targets:
+            wanted = [(kind, rid) for kind, rid in targets
+                      if include.target_type in (None, kind)]
+            if not wanted:
                 continue
-            ids, id_args = _in("x.target_id", [r.id for r in targets])
-            kinds, kind_args = _in("x.target_type", sorted({r.resource_type for r in targets}))
+            ids, id_args = _in("x.target_id", [rid for _kind, rid in wanted])
+            kinds, kind_args = _in("x.target_type", sorted({kind for kind, _rid in wanted}))
             where, args = [ids, kinds, "x.type = ?"], [*id_args, *kind_args,
                                                         include.source_type]
             if include.param != "*":

@@ -64,10 +64,14 @@ class AccountEmails:
         await self._send_verification(user)
 
     async def _send_verification(self, user: JSON) -> None:
+        name = self.auth.settings.service_name
+        subject = f"Confirm your e-mail address for {name}"
+        if not self.auth.mailer.enabled:  # no token nobody will receive
+            self.auth.mailer.report_disabled(subject)
+            return
         ttl = self.auth.settings.email_verification_ttl_seconds
         token = await self._new_token(EMAIL_VERIFICATION, user, ttl)
-        name = self.auth.settings.service_name
-        await self.auth.mailer.send(user["email"], f"Confirm your e-mail address for {name}", (
+        await self.auth.mailer.send(user["email"], subject, (
             f"Hello {user['first_name']},\n\n"
             f"Please confirm that this is your e-mail address for {name}:\n\n"
             f"{self.link('/verify-email', token)}\n\n"
@@ -101,10 +105,14 @@ class AccountEmails:
         if user is None or user["status"] != users.ACTIVE:
             log.info("password reset e-mail not sent: no active account for the address")
             return
+        name = self.auth.settings.service_name
+        subject = f"Reset your {name} password"
+        if not self.auth.mailer.enabled:
+            self.auth.mailer.report_disabled(subject)
+            return
         ttl = self.auth.settings.password_reset_ttl_seconds
         token = await self._new_token(PASSWORD_RESET, user, ttl)
-        name = self.auth.settings.service_name
-        await self.auth.mailer.send(user["email"], f"Reset your {name} password", (
+        await self.auth.mailer.send(user["email"], subject, (
             f"Hello {user['first_name']},\n\n"
             f"Someone asked to reset the password of your {name} account. To choose a new "
             f"one, open:\n\n{self.link('/reset-password', token)}\n\n"

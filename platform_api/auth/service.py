@@ -62,7 +62,7 @@ from platform_api.auth.keys import KeyRing
 from platform_api.auth.mfa import MFA_TOKEN_PREFIX, MfaService, commit_code
 from platform_api.auth.one_time import OneTimeTokens
 from platform_api.auth.passwords import PasswordHashing
-from platform_api.auth.principal import SUPER_ADMIN, Principal
+from platform_api.auth.principal import PLATFORM_ADMIN_ROLES, SUPER_ADMIN, Principal
 from platform_api.auth.recovery import AccountEmails
 from platform_api.auth.refresh import TOKENS as REFRESH_TOKENS
 from platform_api.auth.refresh import RefreshTokens, token_hash
@@ -587,9 +587,11 @@ class AuthService:
             raise account_suspended()
         if self.api_keys.usage_due(key["id"]):
             self.spawn(self._record_key_use(key, state, client), "API key usage record")
+        # A key acts within its scopes for the account's memberships (ORG:<ROLE>), never
+        # with its platform administrator powers: a leaked key must not be an admin.
         return Principal(user_id=key["user_id"], kind="api_key", email=state.email,
-                         roles=state.roles, scopes=frozenset(key["scopes"]),
-                         token_id=key["id"])
+                         roles=state.roles - PLATFORM_ADMIN_ROLES,
+                         scopes=frozenset(key["scopes"]), token_id=key["id"])
 
     def audit_refused_api_key(self, presented: str, refusal: ApiError,
                               client: ClientInfo) -> None:

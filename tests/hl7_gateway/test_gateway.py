@@ -15,6 +15,7 @@ from fhir_server.service import FhirService
 from fhir_server.store import store_from_url
 from hl7_gateway.gateway import DEAD_LETTERS, MESSAGES, RESULT_TOPIC, HL7Gateway
 from hl7_gateway.listener import start_listener
+from hl7_gateway.merge import overlay
 from hl7_gateway.mllp import MLLPClient, MLLPServer
 from hl7_gateway.parser import parse
 from hl7_gateway.send import messages_in, send_files
@@ -362,3 +363,33 @@ async def test_a_retry_that_fails_again_keeps_the_one_dead_letter(gateway: HL7Ga
     with pytest.raises(RuntimeError, match="failed again"):
         await gateway.retry_dead_letter(failed.dead_letter_id)
     assert len(await fhir.store.find_documents(DEAD_LETTERS)) == 1
+
+
+def test_a_merge_keeps_identity_links_subject_and_requester() -> None:
+    stored = {"resourceType": "ServiceRequest", "id": "sr-1", "meta": {"versionId": "3"},
+              "status": "active", "subject": {"reference": "Patient/p-1"},
+              "requester": {"display": "Dr Otieno"}, "note": [{"text": "fasting"}],
+              "identifier": [{"system": "urn:a", "value": "1"}]}
+    mapped = {"resourceType": "ServiceRequest", "status": "completed",
+              "subject": {"reference": "urn:uuid:0"}, "requester": {"display": "LAB"},
+              "identifier": [{"system": "urn:b", "value": "2"},
+                             {"system": "urn:a", "value": "1"}]}
+    merged = overlay(stored, mapped)
+    assert merged["status"] == "completed"
+    assert merged["subject"] == {"reference": "Patient/p-1"}
+    assert merged["requester"] == {"display": "Dr Otieno"}
+    assert merged["note"] == [{"text": "fasting"}]
+    assert merged["identifier"] == [{"system": "urn:b", "value": "2"},
+                                    {"system": "urn:a", "value": "1"}]
+    assert "meta" not in merged
+
+
+async def test_enhanced_mode_rejects_with_cr_and_storage_failures_with_ce(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    rejected = await gateway.process(_header(oru("ENH-CR", msh15="AL", msh16="AL"), f12="3.0"))
+    assert [msa(a)[0] for a in rejected.acks] == ["CR"]
+    assert errs(rejected.acks[0]) == [("203", "E")]
+    failing = HL7Gateway(FailingOnce(fhir))  # type: ignore[arg-type]
+    failed = await failing.process(oru("ENH-CE", msh15="AL", msh16="AL"))
+    assert [msa(a)[0] for a in failed.acks] == ["CE"]
+    assert errs(failed.acks[0]) == [("207", "E")]

@@ -242,3 +242,15 @@ async def test_key_changes_and_refused_keys_are_audited(
     assert ("110137", "U", "0") in summaries  # rotated
     assert ("110137", "D", "0") in summaries  # revoked
     assert ("110122", "E", "4") in summaries  # the refused use
+
+
+async def test_an_administrators_key_has_no_administrator_powers(
+    client: httpx.AsyncClient, user: dict[str, Any], admin: dict[str, Any]
+) -> None:
+    profile = await client.post("/api/patients", headers=user["headers"], json={
+        "first_name": "Amina", "last_name": "Odhiambo", "date_of_birth": "1988-04-12",
+        "gender": "female"})
+    path = f"/api/patients/{profile.json()['data']['id']}"
+    assert (await client.get(path, headers=admin["headers"])).status_code == 200
+    key = api_key(await create_key(client, admin["headers"], ["patients:read"]))
+    assert refusal(await client.get(path, headers=key)) == (403, "FORBIDDEN")
