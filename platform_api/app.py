@@ -25,7 +25,7 @@ from fhir_server.outcome import FhirError
 from fhir_server.router import build_fhir_router
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import admin, developer_keys, health, labs, organizations, patients
+from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
@@ -161,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(developer_keys.router)
     app.include_router(admin.router)
     app.include_router(labs.router)
+    app.include_router(dead_letters.router)
     # Outermost last: request id → body size (413) → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     access_log: bool = True
     max_body_bytes: int = 10 * 1024 * 1024
+    dlq_alert_depth: int = Field(default=10, description="/admin/dlq/depth alerts above this")
+    dlq_alert_age_seconds: int = Field(default=900, description="... or when the oldest "
+                                       "dead letter is older than this")
     # Auth: e-mail, MFA, social login, rate limits (platform_api/auth, mailer, rate_limit)
     service_name: str = Field(default="healthplatform",
                               description="Name in e-mails and authenticator apps (TOTP issuer)")

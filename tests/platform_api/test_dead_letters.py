@@ -1,0 +1,85 @@
+"""/admin/dlq: failed events are listed, counted, retried and discarded, never lost."""
+
+from __future__ import annotations
+
+import orjson
+
+
+async def _fail_once(app) -> list[str]:
+    """A handler that fails the first time it sees an event and succeeds afterwards."""
+    seen: list[str] = []
+
+    async def flaky(event: dict) -> None:
+        seen.append(event["id"])
+        if len(seen) == 1:
+            raise RuntimeError("pharmacy system unreachable")
+
+    app.state.services.bus.subscribe("platform.prescription.created", flaky)
+    return seen
+
+
+async def _emit(app, payload: dict) -> str:
+    store = app.state.services.store
+    async with store.unit_of_work() as uow:
+        event_id = uow.emit("platform.prescription.created", payload,
+                            source_service="prescriptions")
+        await uow.commit()
+    await app.state.services.bus.drain()
+    return event_id
+
+
+async def test_failed_event_is_listed_retried_and_gone(app, client, admin):
+    seen = await _fail_once(app)
+    event_id = await _emit(app, {"prescription_id": "rx-1"})
+    listing = (await client.get("/admin/dlq", headers=admin["headers"])).json()
+    assert listing["meta"]["total"] == 1
+    entry = listing["data"][0]
+    assert entry["event_id"] == event_id and entry["topic"] == "platform.prescription.created"
+    assert "pharmacy system unreachable" in entry["error"]
+    assert orjson.loads(entry["original_payload"])["payload"] == {"prescription_id": "rx-1"}
+    depth = (await client.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"]
+    assert depth["depth"] == 1 and depth["alert"] is False
+    assert depth["oldest_event"] == entry["created_at"]
+    retried = await client.post(f"/admin/dlq/{entry['id']}/retry", headers=admin["headers"])
+    assert retried.status_code == 200 and retried.json()["data"]["retried"] is True
+    assert seen == [event_id, event_id]
+    assert (await client.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"][
+        "depth"] == 0
+
+
+async def test_retry_that_fails_again_keeps_one_entry(app, client, admin):
+    async def broken(event: dict) -> None:
+        raise ValueError("formulary code unknown")
+
+    app.state.services.bus.subscribe("platform.prescription.created", broken)
+    await _emit(app, {"prescription_id": "rx-2"})
+    entry = (await client.get("/admin/dlq", headers=admin["headers"])).json()["data"][0]
+    again = await client.post(f"/admin/dlq/{entry['id']}/retry", headers=admin["headers"])
+    assert again.status_code == 409 and again.json()["error"]["code"] == "RETRY_FAILED"
+    assert "formulary code unknown" in again.json()["error"]["message"]
+    listing = (await client.get("/admin/dlq", headers=admin["headers"])).json()
+    assert listing["meta"]["total"] == 1 and listing["data"][0]["id"] != entry["id"]
+
+
+async def test_undecodable_event_becomes_a_dead_letter_and_can_be_discarded(app, client,
+                                                                             admin):
+    await app.state.services.bus.deliver_raw(b'{"topic": "platform.auth.user_created"')
+    entry = (await client.get("/admin/dlq", headers=admin["headers"])).json()["data"][0]
+    assert entry["error"].startswith("undecodable event")
+    gone = await client.delete(f"/admin/dlq/{entry['id']}", headers=admin["headers"])
+    assert gone.json()["data"] == {"id": entry["id"], "deleted": True}
+    assert (await client.delete(f"/admin/dlq/{entry['id']}",
+                                headers=admin["headers"])).status_code == 404
+
+
+async def test_depth_alerts_past_the_threshold(app, client, admin, settings):
+    settings.dlq_alert_depth = 1
+    for n in range(2):
+        await app.state.services.bus.deliver_raw(f"not json {n}")
+    depth = (await client.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"]
+    assert depth["depth"] == 2 and depth["alert"] is True
+
+
+async def test_only_platform_admins(client, user):
+    assert (await client.get("/admin/dlq")).status_code == 401
+    assert (await client.get("/admin/dlq", headers=user["headers"])).status_code == 403
