@@ -77,6 +77,17 @@ def create_admin(
     console.print(f"[green]SUPER:ADMIN[/] {email} ({user_id})")
 
 
+@app.command("rotate-signing-key")
+def rotate_signing_key() -> None:
+    """Make a new Ed25519 token-signing key; tokens signed with older keys stay valid until
+    they expire, and running servers pick the new key up within half a minute."""
+    from platform_api.auth.keys import KeyRing
+
+    settings = Settings()
+    key = KeyRing.load_or_create(settings.data_dir / "keys").rotate()
+    console.print(f"[green]new signing key[/] {key.kid}")
+
+
 @app.command()
 def reindex() -> None:
     """Rebuild the FHIR search index of every resource with the current definitions
