@@ -22,7 +22,7 @@ from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
-from fhir_server.router import build_fhir_router
+from fhir_server.router import build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
@@ -115,6 +115,20 @@ def install_error_handlers(app: FastAPI) -> None:
             "code": "INTERNAL_ERROR", "message": "An internal error occurred"}}, status_code=500)
 
 
+def install_fhir_openapi(app: FastAPI) -> None:
+    """Add the /fhir routes (plain Starlette routes, see fhir_server.router) to the schema."""
+    build_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build_schema()
+            schema["paths"] = {**openapi_paths(), **schema["paths"]}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
@@ -147,13 +161,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="FHIR R4 server with /api facades. FHIR endpoints speak FHIR; /api "
                     "endpoints answer with the {success, data|error, meta} envelope.",
         docs_url=None, redoc_url=None, lifespan=lifespan,
+        # No OpenTelemetry here: FastAPI's native hook would otherwise look its providers
+        # up on every request (measured ~18 µs of a 115 µs read).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.services = services
     install_error_handlers(app)
     install_docs(app)
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
-    app.include_router(build_fhir_router(FhirContext(fhir, settings.base_url),
-                                         authenticate_request))
+    fhir_routes = build_fhir_routes(FhirContext(fhir, settings.base_url), authenticate_request)
+    app.router.routes[:0] = fhir_routes
+    install_fhir_openapi(app)
     app.include_router(health.router)
     app.include_router(auth_router)
     app.include_router(patients.router)

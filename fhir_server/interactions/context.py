@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 
@@ -13,6 +14,7 @@ from fhir_server.service import FhirService
 class FhirContext:
     service: FhirService
     base_url: str = ""  # e.g. https://fhir.example.org (without /fhir); "" = from request
+    extras: dict[str, Any] = field(default_factory=dict)  # per-app caches (capabilities)
 
     def fhir_base(self, request: Request) -> str:
         base = self.base_url or str(request.base_url).rstrip("/")

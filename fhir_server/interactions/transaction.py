@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -83,6 +86,7 @@ class Entry:
     if_match: int | None = None
     if_none_exist: list[tuple[str, str]] | None = None
     # decided while processing
+    submitted: Any = None  # the resource as sent: each attempt rewrites from this
     target_id: str | None = None
     expected: tuple[str, ...] | None = None
     existing: StoredResource | None = None
@@ -258,6 +262,11 @@ class Transaction:
 
     async def _attempt(self) -> None:
         for entry in self.entries:
+            # A retry resolves references again, so it must start from what was sent, not
+            # from the previous attempt's rewrite (whose targets may not exist).
+            if entry.submitted is None:
+                entry.submitted = entry.resource
+            entry.resource = entry.submitted
             entry.target_id, entry.expected, entry.existing = None, None, None
             entry.staged, entry.response = [], None
         ordered = sorted(self.entries, key=lambda e: _ORDER[e.method])
@@ -307,6 +316,10 @@ class Transaction:
                         entry.target_id = found[0]
                         entry.existing = await service.read(kind, found[0])
             elif entry.resource_id is not None:
+                body_id = entry.resource.get("id") if isinstance(entry.resource, dict) else None
+                if entry.method == "PUT" and body_id not in (None, entry.resource_id):
+                    raise FhirError.of(400, "invalid", f"The body's id {body_id!r} does not "
+                                       f"match the url's id {entry.resource_id!r}")
                 entry.target_id = entry.resource_id
             else:
                 assert entry.criteria is not None
@@ -446,6 +459,32 @@ async def read_entry(service: FhirService, entry: Entry, base_url: str) -> dict[
 
 # --- entry points ------------------------------------------------------------------------------
 
+_gc_holds = 0  # bundles being processed with the cyclic garbage collector held off
+
+
+@contextmanager
+def _cyclic_gc_deferred(entries: int) -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while a large bundle is processed.
+
+    Validating and indexing hundreds of resources allocates millions of short-lived,
+    acyclic objects; each allocation burst triggers collections that traverse every live
+    object, the whole bundle included (measured: 15% of a 500-entry transaction). Nothing
+    here creates cycles, so collecting once afterwards loses nothing. A counter keeps
+    concurrent bundles from re-enabling it under each other."""
+    global _gc_holds
+    if entries < 50 or (_gc_holds == 0 and not gc.isenabled()):
+        yield
+        return
+    _gc_holds += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _gc_holds -= 1
+        if _gc_holds == 0:
+            gc.enable()
+
+
 async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "",
                          prefer: str | None = None) -> dict[str, Any]:
     """A transaction or batch Bundle → its response Bundle (FhirError when refused)."""
@@ -455,8 +494,9 @@ async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "
 
         return await process_batch(service, bundle, base_url=base_url, prefer=prefer)
     raw_entries = bundle_entries(bundle, "transaction")
-    entries = [parse_entry(i, e, base_url) for i, e in enumerate(raw_entries)]
-    return await Transaction(service, entries, base_url=base_url, prefer=prefer).run()
+    with _cyclic_gc_deferred(len(raw_entries)):
+        entries = [parse_entry(i, e, base_url) for i, e in enumerate(raw_entries)]
+        return await Transaction(service, entries, base_url=base_url, prefer=prefer).run()
 
 
 async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:
