@@ -10,6 +10,7 @@ batch/transaction bundles (:mod:`fhir_server.interactions.transaction`).
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -139,7 +140,13 @@ class FhirService:
         and transaction references: strict, an unknown parameter is an error)."""
         if not params:
             raise FhirError.of(400, "invalid", "A conditional request needs search criteria")
-        plan = await self.parse([resource_type], params, strict=True)
+        return await self.match_plan(await self.parse([resource_type], params, strict=True),
+                                     limit)
+
+    async def match_plan(self, plan: SearchPlan, limit: int) -> list[str]:
+        """``match_ids`` for a plan already parsed (a transaction parses its conditions
+        once and re-checks the same plan inside the commit)."""
+        plan = copy.copy(plan)
         plan.count, plan.total = limit, "none"
         return [s.id for s in (await self.store.search(plan)).resources]
 
