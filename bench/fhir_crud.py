@@ -116,7 +116,8 @@ def main() -> None:
     env = {**os.environ, "HEALTHPLATFORM_DATA_DIR": data_dir,
            "HEALTHPLATFORM_HTTP_PORT": str(port),
            "HEALTHPLATFORM_RATE_LIMITS": json.dumps({"read": "100000000/60",
-                                                     "write": "100000000/60"})}
+                                                     "write": "100000000/60",
+                                                     "public": "100000000/60"})}
     exe = Path(sys.executable).parent / "healthplatform"
     server = subprocess.Popen([str(exe), "serve"], env=env, cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -115,7 +115,8 @@ def _endpoint(ctx: FhirContext, route: FhirRoute, authenticate: Authenticate
 
 def build_fhir_routes(ctx: FhirContext, authenticate: Authenticate) -> list[BaseRoute]:
     """The routes to put first in the app: ``/fhir`` itself and a mount for the rest."""
-    base, below = [], []
+    base: list[BaseRoute] = []
+    below: list[BaseRoute] = []
     for route in ROUTES:
         endpoint = _endpoint(ctx, route, authenticate)
         target = base if route.path == "" else below

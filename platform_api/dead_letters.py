@@ -66,7 +66,8 @@ def _services(request: Request) -> Services:
 
 
 def _view(entry: dict[str, Any]) -> dict[str, Any]:
-    return DeadLetterView(**{k: entry.get(k) for k in DeadLetterView.model_fields}).model_dump()
+    fields = {k: entry.get(k) for k in DeadLetterView.model_fields}
+    return DeadLetterView.model_validate(fields).model_dump()
 
 
 @router.get("", response_model=PageEnvelope[DeadLetterView], summary="List failed events")

@@ -309,9 +309,12 @@ def _result_parameter(ctx: _Context, plan: SearchPlan, name: str, value: str) ->
             raise SearchError(f"_summary must be one of {', '.join(SUMMARY_MODES)}", name)
         plan.summary = None if value == "false" else value
     elif name == "_elements":
-        plan.elements = tuple(e.strip() for e in value.split(",") if e.strip())
+        # Both "birthDate" and "Patient.birthDate" are seen in the wild.
+        plan.elements = tuple(e.strip().rsplit(".", 1)[-1] for e in value.split(",")
+                              if e.strip())
     elif name == "_sort":
-        plan.sort = [_sort_key(ctx, plan.resource_types, k) for k in value.split(",") if k]
+        keys = [_sort_key(ctx, plan.resource_types, k) for k in value.split(",") if k]
+        plan.sort = [k for k in keys if k is not None]
     elif name.startswith(("_include", "_revinclude")):
         for include in _include(ctx, plan.resource_types, name, value):
             (plan.revincludes if include.reverse else plan.includes).append(include)
@@ -319,17 +322,20 @@ def _result_parameter(ctx: _Context, plan: SearchPlan, name: str, value: str) ->
         plan.cursor = Cursor.decode(value)
 
 
-def _sort_key(ctx: _Context, resource_types: tuple[str, ...], key: str) -> SortKey:
+def _sort_key(ctx: _Context, resource_types: tuple[str, ...], key: str) -> SortKey | None:
     descending = key.startswith("-")
     code = key.lstrip("-")
     if code in ("_id", "_lastUpdated"):
         return SortKey(code, "id" if code == "_id" else "lastUpdated", descending)
     types = {p.type for t in resource_types if (p := ctx.registry.param(t, code))}
     if len(types) != 1 or len(resource_types) != 1:
-        raise SearchError(f"Cannot sort by {code!r} here", "_sort")
+        ctx.ignore(f"_sort={key}", "no such parameter to sort by (system searches sort by "
+                   "_id or _lastUpdated only)")
+        return None
     param_type = types.pop()
     if param_type not in ("string", "token", "date", "number", "quantity", "uri", "reference"):
-        raise SearchError(f"Cannot sort by the {param_type} parameter {code!r}", "_sort")
+        ctx.ignore(f"_sort={key}", f"{param_type} parameters cannot be sorted by")
+        return None
     param = ctx.registry.param(resource_types[0], code)
     assert param is not None
     return SortKey(code, param_type, descending, param.union_of)

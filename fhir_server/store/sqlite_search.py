@@ -7,13 +7,20 @@ Each clause of a :class:`~fhir_server.search.plan.SearchPlan` compiles to two fo
 - a *check* (``EXISTS (... WHERE x.rid = <rid> AND ...)``) evaluated per candidate through
   the ``(rid, param)`` index.
 
-A tiny cost-based planner counts each source's matches up to :data:`ESTIMATE_CAP` (cheap:
-an index range walk) and drives from the most selective one; every other clause becomes
-a check. Results are ordered by ``rid`` (write order) unless ``_sort`` says otherwise, and
-pages are *keyset* pages: the cursor holds the sort tuple of the last row, so a page link
-stays valid while data changes (no duplicates or gaps, unlike OFFSET).
+A tiny cost-based planner counts sources' matches up to :data:`ESTIMATE_CAP` (cheap: an
+index range walk), most-likely-selective first (ids and references before tokens before
+dates), stops at one small enough to drive (:data:`DRIVE_NOW`), and drives from the most
+selective; every other clause becomes a check. A large source that cannot stream in rid
+order (a date or quantity range) does not drive: the type is scanned in rid order with
+every clause as a check, which fills a page after a few rows instead of sorting them all.
 
-Sorting: small result sets (≤ :data:`SORT_MATERIALIZE`) are sorted in full with the keys
+Results are ordered by ``rid`` (write order) unless ``_sort`` says otherwise, and pages
+are *keyset* pages: the cursor holds the sort tuple of the last row, so a page link stays
+valid while data changes, and new or deleted resources neither repeat nor skip others
+(unlike OFFSET). A resource whose sort value itself changes between two pages can move
+across the cursor, as in any keyset paging.
+
+Sorting: small result sets (≤ :data:`ESTIMATE_CAP`) are sorted in full with the keys
 computed per row (ascending sorts use a resource's lowest value, descending its highest,
 missing values last). Large ones with one sort key stream from the sort column's index
 (``(type, param, hi, rid)`` for ``-date``) with the clauses as checks, so
@@ -57,7 +64,6 @@ ESTIMATE_CAP = 2000  # matches counted per clause to choose the driving one
 DRIVE_NOW = 100  # a clause matching at most this many drives without estimating more
 _PRIORITY = {"reference": 0, "id": 0, "token": 1, "string": 2, "uri": 2, "composite": 2,
              "number": 3, "quantity": 3, "text": 3, "date": 4, "lastUpdated": 4}
-SORT_MATERIALIZE = 2000  # up to this many matches are sorted in full
 MATERIALIZE_MAX = 20000  # beyond this a multi-key sort is refused (no index can stream it)
 MAX_INCLUDED = 1000  # included resources per page
 MAX_INCLUDE_DEPTH = 3  # rounds of _include:iterate
@@ -93,7 +99,6 @@ class Compiled:
     source: Source | None  # None: this clause can only check candidates
     check: Callable[[str], SQL]  # rid expression → boolean SQL
     estimate: int | None = None
-    inner_large: bool = False  # a chain/_has whose inner search is too broad to drive
     # Clauses are estimated most-likely-selective first (0: an id or a reference) and the
     # planner stops once one is small enough to drive: counting the others costs more
     # than checking them.
@@ -156,7 +161,9 @@ def _date_cond(c: RangeCriterion, lo: str = "x.lo", hi: str = "x.hi") -> SQL:
     s_lo, s_hi = c.lo, c.hi
     match c.prefix:
         case "eq":
-            return f"{lo} >= ? AND {hi} <= ?", [s_lo, s_hi]
+            # lo < hi, so the redundant bounds give either index a closed range to seek.
+            return (f"{lo} >= ? AND {lo} < ? AND {hi} <= ? AND {hi} > ?",
+                    [s_lo, s_hi, s_hi, s_lo])
         case "ne":
             return f"NOT ({lo} >= ? AND {hi} <= ?)", [s_lo, s_hi]
         case "gt":
@@ -199,8 +206,8 @@ def _point_date_cond(c: RangeCriterion, column: str) -> SQL:
 def _number_cond(prefix: str, value: float, s_lo: float, s_hi: float, lo: str = "x.lo",
                  hi: str = "x.hi") -> SQL:
     match prefix:
-        case "eq":
-            return f"{lo} >= ? AND {hi} < ?", [s_lo, s_hi]
+        case "eq":  # lo <= hi: the redundant bound closes the range on the lo index
+            return f"{lo} >= ? AND {lo} < ? AND {hi} < ?", [s_lo, s_hi, s_hi]
         case "ne":
             return f"NOT ({lo} >= ? AND {hi} < ?)", [s_lo, s_hi]
         case "gt" | "sa":
@@ -484,7 +491,7 @@ class Compiler:
                     [*param_args, *targets_args, *target_args])
 
         if not small or inner.source is None:
-            return Compiled(None, check, inner_large=True)
+            return Compiled(None, check)  # too broad inside to list: check each candidate
         inner_sql, inner_args = inner.source.select()
         type_sql, type_args = _types(f"{x}.type", types, self.all_types)
         source = Source(
@@ -511,7 +518,7 @@ class Compiler:
                     f"AND {inner_check})", [*where_args, *inner_args])
 
         if not small or inner.source is None:
-            return Compiled(None, check, inner_large=True)
+            return Compiled(None, check)  # too broad inside to list: check each candidate
         inner_sql, args = inner.source.select()
         type_sql, type_args = _types(f"{r}.type", types, self.all_types)
         source = Source(

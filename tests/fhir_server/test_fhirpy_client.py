@@ -58,7 +58,7 @@ async def token(base: str) -> str:
         return str(login.json()["data"]["token"])
 
 
-def observation(client: AsyncFHIRClient, patient: Any, value: int, day: int) -> Any:
+def observation(client: Any, patient: Any, value: int, day: int) -> Any:
     return client.resource(
         "Observation", status="final",
         code={"coding": [{"system": LOINC, "code": "8867-4", "display": "Heart rate"}]},

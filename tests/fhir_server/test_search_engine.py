@@ -273,3 +273,25 @@ def test_summary_and_elements_mark_the_resource_subsetted():
     assert summary["meta"]["tag"][0]["code"] == "SUBSETTED"
     assert set(select_elements(patient, ["gender"], REGISTRY)) == {"resourceType", "id", "meta",
                                                                   "gender"}
+
+
+def test_date_values_of_every_shape_become_ranges():
+    extract = IndexExtractor(REGISTRY)
+    plan = {  # CarePlan activity-date reads Timing, Period and string schedules
+        "resourceType": "CarePlan", "status": "active", "intent": "plan",
+        "subject": {"reference": "Patient/p1"},
+        "period": {"start": "2024-01-01"},
+        "activity": [
+            {"detail": {"status": "scheduled", "scheduledTiming": {
+                "event": ["2024-02-01T08:00:00Z", "2024-02-03T08:00:00Z"],
+                "repeat": {"boundsPeriod": {"start": "2024-01-15", "end": "2024-03-31"}}}}},
+            {"detail": {"status": "scheduled",
+                        "scheduledPeriod": {"start": "2024-05-01", "end": "2024-05-02"}}},
+        ],
+    }
+    rows = extract(plan).rows["date"]
+    assert ("date", "2024-01-01T00:00:00.000000Z", "9999-12-31T23:59:59.999999Z") in rows
+    assert ("activity-date", "2024-01-15T00:00:00.000000Z", "2024-04-01T00:00:00.000000Z") \
+        in rows
+    assert ("activity-date", "2024-05-01T00:00:00.000000Z", "2024-05-03T00:00:00.000000Z") \
+        in rows

@@ -237,7 +237,6 @@ async def test_last_updated_prefixes(clinical):
     ({"probability": "high"}, "probability"),
     ({"code-value-quantity": "8867-4"}, "components"),
     ({"_count": "-1"}, "_count"),
-    ({"_sort": "shoe-size"}, "shoe-size"),
     ({"identifier:of-type": "MR|123"}, "of-type"),
 ])
 async def test_malformed_values_are_400(clinical, params, problem):

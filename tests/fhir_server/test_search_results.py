@@ -200,11 +200,12 @@ async def test_too_costly_search_is_refused_not_timed_out(clinical, monkeypatch)
 async def test_unknown_and_unsupported_parameters_lenient_and_strict(clinical):
     lenient = await clinical.search("Patient", [("family", "odhiambo"), ("shoe-size", "42"),
                                                 ("birthdate:exact", "1988"),
-                                                ("_contained", "true")])
+                                                ("_contained", "true"), ("_sort", "-hat")])
     assert names(clinical, lenient) == ["amina"]
-    outcome = names and [e for e in lenient["entry"] if e["search"]["mode"] == "outcome"]
+    outcome = [e for e in lenient["entry"] if e["search"]["mode"] == "outcome"]
     text = outcome[0]["resource"]["issue"][0]["diagnostics"]
     assert "shoe-size" in text and "birthdate:exact" in text and "_contained" in text
+    assert "_sort=-hat" in text
     assert "shoe-size" not in link(lenient, "self")
     strict = await clinical.client.get("/fhir/Patient?shoe-size=42", headers={
         **clinical.headers, "Prefer": "handling=strict"})
