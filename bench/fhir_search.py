@@ -331,6 +331,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--bundle", type=int, default=500, help="resources per transaction")
     parser.add_argument("--keep", type=Path, help="use (and keep) this data directory")
+    parser.add_argument("--server-log", type=Path, help="write the server's output here")
     parser.add_argument("--searches-only", action="store_true",
                         help="run the search mix on the data already in --keep")
     args = parser.parse_args()
@@ -344,14 +345,18 @@ def main() -> None:
            "HEALTHPLATFORM_RATE_LIMIT_ENABLED": "false",
            "HEALTHPLATFORM_MAX_BODY_BYTES": str(64 * 1024 * 1024)}
     exe = Path(sys.executable).parent / "healthplatform"
-    server = subprocess.Popen([str(exe), "serve"], env=env, cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(args.server_log, "wb") if args.server_log else None
+    output = log or subprocess.DEVNULL
+    server = subprocess.Popen([str(exe), "serve"], env=env, cwd=ROOT, stdout=output,
+                              stderr=output)
     try:
         result = asyncio.run(run(args, f"http://127.0.0.1:{port}", data_dir))
         print(json.dumps(result))
     finally:
         server.terminate()
         server.wait(30)
+        if log is not None:
+            log.close()
         if args.keep is None:
             shutil.rmtree(data_dir, ignore_errors=True)
 
