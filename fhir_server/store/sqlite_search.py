@@ -11,7 +11,7 @@ A tiny cost-based planner counts sources' matches up to :data:`ESTIMATE_CAP` (ch
 index range walk), most-likely-selective first (ids and references before tokens before
 dates), stops at one small enough to drive (:data:`DRIVE_NOW`), and drives from the most
 selective; every other clause becomes a check. A large source that cannot stream in rid
-order (a date or quantity range) does not drive: the type is scanned in rid order with
+order (a date or quantity range) does not drive: the type is walked in rid order with
 every clause as a check, which fills a page after a few rows instead of sorting them all.
 
 Results are ordered by ``rid`` (write order) unless ``_sort`` says otherwise, and pages

@@ -122,7 +122,7 @@ class KeyRing:
         self._by_kid: dict[str, SigningKey] = {}
         self._retired_at: dict[str, float] = {}  # kid -> epoch when a newer key appeared
         self._signing: SigningKey | None = None
-        self._scanned_at = 0.0
+        self._last_scan = 0.0
         self._names: list[str] = []
         self._retire_grace: float | None = None
         self.clock = time.time  # wall clock of retirement (tests move it)
@@ -149,7 +149,7 @@ class KeyRing:
         self._retired_at = {old.kid: new.created_at for old, new in pairwise(keys)}
         self._signing = keys[-1]
         self._names = [p.name for p in paths]
-        self._scanned_at = time.monotonic()
+        self._last_scan = time.monotonic()
 
     def retire_after(self, token_ttl_seconds: float) -> None:
         """Stop verifying with a key once its tokens must have expired (module doc)."""
@@ -170,7 +170,7 @@ class KeyRing:
     def signing_key(self) -> SigningKey:
         if self._signing is None:
             raise RuntimeError("key ring is not loaded")
-        if time.monotonic() - self._scanned_at > RESCAN_INTERVAL_SECONDS:
+        if time.monotonic() - self._last_scan > RESCAN_INTERVAL_SECONDS:
             self._rescan_if_changed()
         return self._signing
 
@@ -180,7 +180,7 @@ class KeyRing:
         if names != self._names:
             self._rescan()
         else:
-            self._scanned_at = time.monotonic()
+            self._last_scan = time.monotonic()
 
     @property
     def kids(self) -> list[str]:
@@ -190,7 +190,7 @@ class KeyRing:
         """The public key with this PASERK id, or ``None`` (the caller refuses the token):
         unknown, or retired (:meth:`retired` tells which)."""
         key = self._by_kid.get(kid)
-        if key is None and time.monotonic() - self._scanned_at > RESCAN_INTERVAL_SECONDS:
+        if key is None and time.monotonic() - self._last_scan > RESCAN_INTERVAL_SECONDS:
             self._rescan()
             key = self._by_kid.get(kid)
         if key is None or self.retired(kid):
@@ -204,4 +204,4 @@ class KeyRing:
         except (OSError, ValueError, RuntimeError):
             # The token is refused either way (fail closed); the operator must see why.
             log.exception("rescanning signing keys in %s failed", self.directory)
-            self._scanned_at = time.monotonic()
+            self._last_scan = time.monotonic()
