@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any
@@ -215,6 +216,62 @@ class JsonFormatter(logging.Formatter):
 _LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 
+class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes lines in batches instead of one write each.
+
+    An access line per request made the log write (a system call per line on a
+    line-buffered stderr) about a fifth of a FHIR read under load. Lines are kept in
+    memory and written when ``max_bytes`` accumulate, at once for WARNING and above, and
+    at least every ``interval`` seconds by a daemon thread; ``logging.shutdown`` (at exit)
+    flushes what is left.
+    """
+
+    def __init__(self, stream: Any, *, max_bytes: int = 64 * 1024, interval: float = 0.5):
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._size = 0
+        self._max_bytes = max_bytes
+        self._stopped = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_periodically, args=(interval,),
+                                         name="log-flusher", daemon=True)
+        self._flusher.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:  # a broken record must not break the request that logged it
+            self.handleError(record)
+            return
+        with self.lock:  # type: ignore[union-attr]
+            self._lines.append(line)
+            self._size += len(line)
+            if self._size >= self._max_bytes or record.levelno >= logging.WARNING:
+                self._write()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self.flush()
+        super().close()
+
+    def _write(self) -> None:
+        if not self._lines:
+            return
+        text, self._lines, self._size = "".join(self._lines), [], 0
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr closed or full: logging must not raise
+            pass
+
+    def _flush_periodically(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            self.flush()
+
+
 def configure_logging(level: str) -> None:
     """Send the root and ``healthplatform.*`` loggers to stderr as JSON lines.
 
@@ -226,7 +283,7 @@ def configure_logging(level: str) -> None:
     if level_name not in _LEVELS:
         raise ValueError(f"log level {level!r} is not one of {', '.join(_LEVELS)}")
 
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BatchingStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler.set_name("healthplatform-json")
 
