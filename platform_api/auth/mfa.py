@@ -16,7 +16,8 @@ typed just before the 30 s boundary still counts) and must come from a later ste
 the last accepted one. Every attempt spends the account's ``mfa`` rate limit first.
 
 Recovery codes: 10, shown once when MFA is activated, each 50 random bits (two groups
-of five characters from an unambiguous alphabet, e.g. ``7KQ2M-HX4TP``), stored as SHA-256 of the user id and the code.
+of five characters from an unambiguous alphabet, e.g. ``7KQ2M-HX4TP``), stored as SHA-256
+of the user id and the code.
 """
 
 from __future__ import annotations
