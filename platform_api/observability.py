@@ -16,11 +16,11 @@ stream per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import sys
-import threading
 import time
 from contextvars import ContextVar
 from typing import Any
@@ -222,8 +222,9 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     An access line per request made the log write (a system call per line on a
     line-buffered stderr) about a fifth of a FHIR read under load. Lines are kept in
     memory and written when ``max_bytes`` accumulate, at once for WARNING and above, and
-    at least every ``interval`` seconds by a daemon thread; ``logging.shutdown`` (at exit)
-    flushes what is left.
+    otherwise ``interval`` seconds after the first buffered line by a timer on the running
+    event loop (no thread: nothing can hold the handler's lock behind the loop's back).
+    Outside an event loop a line is written at once; ``logging.shutdown`` flushes the rest.
     """
 
     def __init__(self, stream: Any, *, max_bytes: int = 64 * 1024, interval: float = 0.5):
@@ -231,10 +232,8 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._lines: list[str] = []
         self._size = 0
         self._max_bytes = max_bytes
-        self._stopped = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_periodically, args=(interval,),
-                                         name="log-flusher", daemon=True)
-        self._flusher.start()
+        self._interval = interval
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -247,15 +246,24 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._size += len(line)
             if self._size >= self._max_bytes or record.levelno >= logging.WARNING:
                 self._write()
+                return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._write()
+                return
+            if self._timer_loop is not loop:  # none pending on this loop yet
+                self._timer_loop = loop
+                loop.call_later(self._interval, self._timed_flush)
+
+    def _timed_flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._timer_loop = None
+            self._write()
 
     def flush(self) -> None:
         with self.lock:  # type: ignore[union-attr]
             self._write()
-
-    def close(self) -> None:
-        self._stopped.set()
-        self.flush()
-        super().close()
 
     def _write(self) -> None:
         if not self._lines:
@@ -266,10 +274,6 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.stream.flush()
         except (OSError, ValueError):  # stderr closed or full: logging must not raise
             pass
-
-    def _flush_periodically(self, interval: float) -> None:
-        while not self._stopped.wait(interval):
-            self.flush()
 
 
 def configure_logging(level: str) -> None:
