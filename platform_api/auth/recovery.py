@@ -65,18 +65,23 @@ class AccountEmails:
 
     async def _send_verification(self, user: JSON) -> None:
         name = self.auth.settings.service_name
-        subject = f"Confirm your e-mail address for {name}"
-        if not self.auth.mailer.enabled:  # no token nobody will receive
+        await self._mail_link(
+            user, EMAIL_VERIFICATION, self.auth.settings.email_verification_ttl_seconds,
+            f"Confirm your e-mail address for {name}", "/verify-email",
+            f"Please confirm that this is your e-mail address for {name}:",
+            "If you did not create an account, ignore this message.")
+
+    async def _mail_link(self, user: JSON, purpose: Purpose, ttl: int, subject: str, path: str,
+                         intro: str, closing: str) -> None:
+        """Mail ``user`` a single-use link to ``path`` (a token of ``purpose`` valid for
+        ``ttl`` seconds); with e-mail disabled no token is made (nobody would receive it)."""
+        if not self.auth.mailer.enabled:
             self.auth.mailer.report_disabled(subject)
             return
-        ttl = self.auth.settings.email_verification_ttl_seconds
-        token = await self._new_token(EMAIL_VERIFICATION, user, ttl)
+        token = await self._new_token(purpose, user, ttl)
         await self.auth.mailer.send(user["email"], subject, (
-            f"Hello {user['first_name']},\n\n"
-            f"Please confirm that this is your e-mail address for {name}:\n\n"
-            f"{self.link('/verify-email', token)}\n\n"
-            f"The link works once, for {_hours(ttl)}. If you did not create an account, "
-            "ignore this message.\n"
+            f"Hello {user['first_name']},\n\n{intro}\n\n{self.link(path, token)}\n\n"
+            f"The link works once, for {_hours(ttl)}. {closing}\n"
         ))
 
     async def verify_email(self, token: str, client: ClientInfo) -> JSON:
@@ -106,20 +111,13 @@ class AccountEmails:
             log.info("password reset e-mail not sent: no active account for the address")
             return
         name = self.auth.settings.service_name
-        subject = f"Reset your {name} password"
-        if not self.auth.mailer.enabled:
-            self.auth.mailer.report_disabled(subject)
-            return
-        ttl = self.auth.settings.password_reset_ttl_seconds
-        token = await self._new_token(PASSWORD_RESET, user, ttl)
-        await self.auth.mailer.send(user["email"], subject, (
-            f"Hello {user['first_name']},\n\n"
+        await self._mail_link(
+            user, PASSWORD_RESET, self.auth.settings.password_reset_ttl_seconds,
+            f"Reset your {name} password", "/reset-password",
             f"Someone asked to reset the password of your {name} account. To choose a new "
-            f"one, open:\n\n{self.link('/reset-password', token)}\n\n"
-            f"The link works once, for {_hours(ttl)}. Resetting signs you out everywhere. "
-            "If you did not ask for this, ignore this message: your password stays as it "
-            "is.\n"
-        ))
+            "one, open:",
+            "Resetting signs you out everywhere. If you did not ask for this, ignore this "
+            "message: your password stays as it is.")
 
     async def reset_password(self, token: str, password: str, client: ClientInfo) -> None:
         users.check_password(password)
