@@ -52,8 +52,10 @@ def new_id() -> str:
 
 class FhirService:
     def __init__(self, store: ResourceStore, *, indexer: Indexer | None = None,
-                 registry: SearchRegistry | None = None):
+                 registry: SearchRegistry | None = None, strict_validation: bool = False):
         self.store = store
+        # Adds the fhir.resources model checks to the JSON Schema's (see validation.py).
+        self.strict_validation = strict_validation
         self.registry = registry or builtin_registry()
         # An explicit indexer (tests, tools) is kept; otherwise the registry's extractor,
         # rebuilt whenever a reindex activates new definitions.
@@ -156,7 +158,7 @@ class FhirService:
                      condition: Condition | None = None) -> StagedWrite:
         """Validate and stage a create with a server-assigned id (FHIR ignores a client id
         on POST). With a ``condition`` the commit creates only when nothing matches."""
-        validate_resource(resource, expected_type)
+        validate_resource(resource, expected_type, strict=self.strict_validation)
         resource = dict(resource)
         resource["id"] = resource_id or new_id()
         return uow.create(resource["resourceType"], resource["id"], resource,
@@ -166,7 +168,7 @@ class FhirService:
                      if_match: int | None = None, method: str = "PUT",
                      expected_type: str | None = None, condition: Condition | None = None,
                      ) -> StagedWrite:
-        validate_resource(resource, expected_type)
+        validate_resource(resource, expected_type, strict=self.strict_validation)
         resource_id = resource.get("id")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",

@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
     store = store_from_url(settings.store_url)
-    fhir = FhirService(store)
+    fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
     auth = AuthService(settings, store, fhir=fhir)
     bus = EventBus(store)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus)

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # Empty means sqlite:///<data_dir>/healthplatform.db
     store: str = ""
+    fhir_strict_validation: bool = Field(
+        default=False, description="Also check writes with the fhir.resources models (rules "
+        "the R4 JSON Schema cannot express; ~10x the validation cost)")
     base_url: str = Field(default="", description="Public base URL; default http://host:port")
     token_issuer: str = "healthplatform"
     token_audience: str = "healthplatform"

@@ -278,9 +278,9 @@ class SQLiteStore:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
+        await _switch_to_wal(conn)
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: the index B-trees stay hot
         conn.execute("PRAGMA temp_store=MEMORY")
         conn.execute("PRAGMA mmap_size=1073741824")
@@ -780,6 +780,19 @@ def _versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
     meta["lastUpdated"] = instant
     resource["meta"] = meta
     return orjson.dumps(resource)
+
+
+async def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, retried: the switch does not wait on the busy timeout,
+    so when two processes open a new file at once the loser gets "database is locked"."""
+    for attempt in range(100):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 99:
+                raise
+            await asyncio.sleep(0.05)
 
 
 class _PendingIndex:

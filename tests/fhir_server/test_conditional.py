@@ -78,7 +78,7 @@ def test_conditional_creates_from_two_processes_create_one_resource(tmp_path: Pa
     the condition is re-checked inside each BEGIN IMMEDIATE transaction."""
     path = tmp_path / "shared.db"
     results: list[bool] = []
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=30)  # a worker that died must not hang the run
 
     def worker() -> None:
         async def run() -> None:
@@ -97,7 +97,7 @@ def test_conditional_creates_from_two_processes_create_one_resource(tmp_path: Pa
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=60)
     assert results.count(True) == 1 and len(results) == 40
 
 

@@ -1,0 +1,96 @@
+"""Resource validation: the R4 JSON Schema on every write, fhir.resources on top in strict
+mode, and OperationOutcome issues that name the failing element."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fhir_server.outcome import FhirError
+from fhir_server.validation import validate_resource
+
+
+def issues_of(resource: dict[str, Any], **kwargs: Any) -> dict[str, str]:
+    with pytest.raises(FhirError) as caught:
+        validate_resource(resource, **kwargs)
+    assert caught.value.status == 400
+    return {issue.expression[0]: f"{issue.code}: {issue.diagnostics}"
+            for issue in caught.value.issues}
+
+
+def test_a_valid_resource_passes_unchanged():
+    observation = {"resourceType": "Observation", "status": "final",
+                   "code": {"coding": [{"system": "http://loinc.org", "code": "718-7"}]},
+                   "valueQuantity": {"value": 13.2, "unit": "g/dL"},
+                   "effectiveDateTime": "2024-03-01T08:30:00+03:00"}
+    assert validate_resource(observation) is observation
+    assert validate_resource(observation, strict=True) is observation
+
+
+def test_each_problem_is_an_issue_naming_its_element():
+    found = issues_of({"resourceType": "Patient", "birthDate": "2020-13-01", "active": "yes",
+                       "gender": "unknown-ish", "name": [{"given": "Amina"}],
+                       "favouriteColour": "blue"})
+    assert found["Patient.birthDate"] == \
+        'value: Patient.birthDate: "2020-13-01" is not a valid FHIR date'
+    assert found["Patient.active"].startswith("value: Patient.active:")
+    assert "unknown-ish" in found["Patient.gender"]
+    assert "array" in found["Patient.name[0].given"]
+    assert found["Patient.favouriteColour"].startswith("structure: ")
+    assert len(found) == 5
+
+
+def test_required_elements_are_named():
+    found = issues_of({"resourceType": "Observation", "status": "final"})
+    assert found == {"Observation": 'required: Observation: "code" is a required property'}
+
+
+def test_problems_inside_contained_and_bundled_resources_are_explained_there():
+    found = issues_of({"resourceType": "Patient", "contained": [
+        {"resourceType": "Observation", "code": {"text": "Hb"}, "colour": "red"}]})
+    assert set(found) == {"Patient.contained[0]", "Patient.contained[0].colour"}
+    assert "status" in found["Patient.contained[0]"]
+    bundle = {"resourceType": "Bundle", "type": "collection",
+              "entry": [{"resource": {"resourceType": "Patient", "gender": 3}}]}
+    assert set(issues_of(bundle)) == {"Bundle.entry[0].resource.gender"}
+    unknown = {"resourceType": "Bundle", "type": "collection",
+               "entry": [{"resource": {"resourceType": "Spaceship"}}]}
+    assert "not a resource of a known type" in issues_of(unknown)["Bundle.entry[0].resource"]
+
+
+def test_required_primitives_may_be_given_as_their_extension():
+    # Observation.status is 1..1: its value or its _status extension object must be there.
+    found = issues_of({"resourceType": "Observation", "code": {"text": "Hb"}})
+    assert found == {"Observation": "required: Observation: status or _status is required"}
+    absent = {"resourceType": "Observation", "code": {"text": "Hb"}, "_status": {
+        "extension": [{"url": "http://hl7.org/fhir/StructureDefinition/data-absent-reason",
+                       "valueCode": "unknown"}]}}
+    assert validate_resource(absent) is absent
+    bundle = {"resourceType": "Bundle", "type": "transaction",
+              "entry": [{"request": {"url": "Patient"}}]}
+    assert "method or _method is required" in issues_of(bundle)["Bundle.entry[0].request"]
+
+
+def test_a_choice_element_takes_one_type_at_a_time():
+    twice = {"resourceType": "Observation", "status": "final", "code": {"text": "Hb"},
+             "valueString": "high", "valueBoolean": True}
+    assert set(issues_of(twice)) == {"Observation.valueString", "Observation.valueBoolean"}
+    # A required choice needs one of its types.
+    found = issues_of({"resourceType": "MedicationRequest", "status": "active",
+                       "intent": "order", "subject": {"reference": "Patient/1"}})
+    assert found == {"MedicationRequest": "required: MedicationRequest: "
+                     "medicationCodeableConcept or medicationReference is required"}
+
+
+def test_strict_mode_adds_the_fhir_resources_model_checks():
+    # An element with neither a value nor an extension: the models refuse it.
+    empty = {"resourceType": "Patient", "name": [{"family": "Otieno", "_family": {}}]}
+    assert validate_resource(empty) is empty
+    assert issues_of(empty, strict=True)
+
+
+def test_a_type_the_schema_lacks_is_checked_with_its_model():
+    # SubscriptionStatus (an R4B backport) is not in the R4 schema: fhir.resources checks it.
+    assert issues_of({"resourceType": "SubscriptionStatus", "status": "nonsense",
+                      "type": "heartbeat"})
