@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import re
 import sys
 import time
@@ -52,13 +52,14 @@ _access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
 def new_request_id() -> str:
     """A random UUID (version 4) as 32 hex digits, like ``uuid.uuid4().hex``.
 
-    Built from the bytes directly: ``uuid.UUID`` validation costs a few microseconds a
-    request, several times the rest of the id handling.
+    From the process's Mersenne Twister (seeded from the OS at start), not ``os.urandom``:
+    a request id must be unique, not secret, and a ``getrandom`` system call per request
+    was 4% of a trivial request's time (system calls are dear in this VM).
     """
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4 (RFC 9562, section 5.4)
-    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10xx
-    return raw.hex()
+    bits = random.getrandbits(128)
+    bits = (bits & ~(0xF000 << 64)) | (0x4000 << 64)  # version 4 (RFC 9562, section 5.4)
+    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # variant 10xx
+    return f"{bits:032x}"
 
 
 class RequestContextMiddleware:
