@@ -36,6 +36,7 @@ from fhir_server.interactions.search_system import search_system
 from fhir_server.interactions.search_type import search_type
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
+from fhir_server.interactions.validate import validate
 from fhir_server.interactions.vread import vread
 
 TYPE_INTERACTIONS = (
@@ -75,6 +76,11 @@ ROUTES: tuple[FhirRoute, ...] = (
     FhirRoute("POST", "/_search", "search-system (POST)", search_system),
     FhirRoute("GET", "/_history", "history-system", history),
     # -- type level
+    FhirRoute("POST", "/{resource_type}/$validate", "$validate (nothing is stored)", validate,
+              body=True),
+    FhirRoute("POST", "/{resource_type}/{resource_id}/$validate",
+              "$validate for an existing resource (mode=update / delete)", validate,
+              body=True),
     FhirRoute("GET", "/{resource_type}", "search-type", search_type),
     FhirRoute("POST", "/{resource_type}/_search", "search-type (POST)", search_type),
     FhirRoute("GET", "/{resource_type}/_history", "history-type", history),

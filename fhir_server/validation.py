@@ -93,6 +93,35 @@ def validate_resource(body: Any, expected_type: str | None = None, *, strict: bo
     """Check ``body`` is a valid resource (of ``expected_type`` when given); return it.
 
     ``strict`` adds the fhir.resources model checks to the JSON Schema's."""
+    resource_type = _check_shape(body, expected_type)
+    validator = _validator(resource_type)
+    if validator is not None and not validator.is_valid(body):
+        raise FhirError(400, list(_schema_issues(validator, body, resource_type)))
+    if strict or validator is None:
+        issues = _model_issues(body, resource_type)
+        if issues:
+            raise FhirError(400, issues)
+    return body
+
+
+def validation_issues(body: Any, expected_type: str | None = None) -> list[Issue]:
+    """Everything both validators find wrong with ``body`` (``$validate``): the schema's
+    issues, then the fhir.resources models' on elements the schema did not name."""
+    try:
+        resource_type = _check_shape(body, expected_type)
+    except FhirError as exc:
+        return exc.issues
+    validator = _validator(resource_type)
+    issues = [] if validator is None or validator.is_valid(body) else \
+        list(_schema_issues(validator, body, resource_type))
+    named = {issue.expression for issue in issues}
+    return [*issues, *(i for i in _model_issues(body, resource_type)
+                       if i.expression not in named)]
+
+
+def _check_shape(body: Any, expected_type: str | None) -> str:
+    """A JSON object of a known resource type (the expected one) with a valid id: its
+    type; otherwise a 400 FhirError."""
     if not isinstance(body, dict):
         raise FhirError.of(400, "structure", "The body must be a JSON object (a FHIR resource)")
     resource_type = body.get("resourceType")
@@ -110,12 +139,7 @@ def validate_resource(body: Any, expected_type: str | None = None, *, strict: bo
     if "id" in body and (not isinstance(body["id"], str) or not ID_PATTERN.match(body["id"])):
         raise FhirError.of(400, "value", "id must be 1-64 characters of A-Z a-z 0-9 - .",
                            f"{resource_type}.id")
-    validator = _validator(resource_type)
-    if validator is not None and not validator.is_valid(body):
-        raise FhirError(400, list(_schema_issues(validator, body, resource_type)))
-    if strict or validator is None:
-        _check_model(body, resource_type)
-    return body
+    return resource_type
 
 
 # At most this many issues for one resource: the first ones say what is wrong.
@@ -187,17 +211,17 @@ def _schema_node(path: Any) -> Any:
     return node
 
 
-def _check_model(body: dict[str, Any], resource_type: str) -> None:
+def _model_issues(body: dict[str, Any], resource_type: str) -> list[Issue]:
     model = _model(resource_type)
     if model is None:
-        return
+        return []
     try:
         model.model_validate(body)
     except ValidationError as exc:
-        issues = [
+        return [
             Issue("error", "structure" if err["type"] == "extra_forbidden" else "value",
                   f"{_expression(resource_type, err['loc'])}: {err['msg']}",
                   (_expression(resource_type, err["loc"]),))
             for err in exc.errors()
         ]
-        raise FhirError(400, issues) from None
+    return []

@@ -127,6 +127,10 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         ("GET", "/fhir/{}/{}/_history"): read,
         ("GET", "/fhir/{}/{}/_history/{}"): read,
         ("GET", "/fhir/Patient/{}/$everything"): all_read,
+        # $validate stores nothing (reads, for mode=delete/update): the type's read scope;
+        # the write budget, as it costs what a write's validation costs and more.
+        ("POST", "/fhir/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),
+        ("POST", "/fhir/{}/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),
         ("GET", "/fhir/{}/{}/{}"): Rule(AUTHENTICATED, scope="{2}:read", limit="read"),
     }
 

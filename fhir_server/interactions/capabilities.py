@@ -19,6 +19,8 @@ from fhir_server.store.sqlite import now_instant
 from fhir_server.validation import resource_types
 
 SOFTWARE_VERSION = "0.1.0"
+VALIDATE = {"name": "validate",
+            "definition": "http://hl7.org/fhir/OperationDefinition/Resource-validate"}
 
 
 def search_params(registry: SearchRegistry, resource_type: str) -> list[dict[str, str]]:
@@ -59,11 +61,12 @@ def _resource(registry: SearchRegistry, resource_type: str,
         "searchRevInclude": revinclude,
         "searchParam": search_params(registry, resource_type),
     }
+    resource["operation"] = [VALIDATE]
     if resource_type == "Patient":
-        resource["operation"] = [{
+        resource["operation"].append({
             "name": "everything",
             "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
-        }]
+        })
     return resource
 
 
@@ -103,7 +106,7 @@ def capability_statement(
                 {"name": "_type", "type": "token",
                  "documentation": "Resource types a system search covers"},
             ],
-            "operation": [{
+            "operation": [VALIDATE, {
                 "name": "everything",
                 "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
             }],

@@ -94,3 +94,85 @@ def test_a_type_the_schema_lacks_is_checked_with_its_model():
     # SubscriptionStatus (an R4B backport) is not in the R4 schema: fhir.resources checks it.
     assert issues_of({"resourceType": "SubscriptionStatus", "status": "nonsense",
                       "type": "heartbeat"})
+
+
+# --- $validate over HTTP ---------------------------------------------------------------------
+
+FHIR = {"Content-Type": "application/fhir+json"}
+
+
+@pytest.fixture
+def h(user: dict[str, Any]) -> dict[str, str]:
+    return {**user["headers"], **FHIR}
+
+
+def patient(**extra: Any) -> dict[str, Any]:
+    return {"resourceType": "Patient", "name": [{"family": "Otieno", "given": ["Amina"]}],
+            "gender": "female", "birthDate": "1990-04-12", **extra}
+
+
+async def count_patients(client: Any, h: dict[str, str]) -> int:
+    response = await client.get("/fhir/Patient", params={"_summary": "count"}, headers=h)
+    return int(response.json()["total"])
+
+
+async def test_validate_answers_200_with_the_issues_and_stores_nothing(client, h):
+    valid = await client.post("/fhir/Patient/$validate", json=patient(), headers=h)
+    assert valid.status_code == 200
+    outcome = valid.json()
+    assert outcome["resourceType"] == "OperationOutcome"
+    assert [i["severity"] for i in outcome["issue"]] == ["information"]
+
+    invalid = await client.post("/fhir/Patient/$validate",
+                                json=patient(birthDate="12/04/1990", hairColour="red"),
+                                headers=h)
+    assert invalid.status_code == 200  # an invalid resource is a successful validation
+    issues = {tuple(i["expression"]): i for i in invalid.json()["issue"]}
+    assert issues[("Patient.birthDate",)]["severity"] == "error"
+    assert issues[("Patient.hairColour",)]["code"] == "structure"
+    assert await count_patients(client, h) == 0
+
+
+async def test_validate_checks_what_only_the_models_catch(client, h):
+    # Accepted by the schema (what writes check by default), refused by the models.
+    empty_family = patient(name=[{"family": "Otieno", "_family": {}}])
+    response = await client.post("/fhir/Patient/$validate", json=empty_family, headers=h)
+    assert any(i["severity"] == "error" for i in response.json()["issue"]), response.text
+
+
+async def test_validate_takes_parameters_with_mode_and_profile(client, h):
+    created = await client.post("/fhir/Patient", json=patient(), headers=h)
+    patient_id = created.json()["id"]
+    other = {**patient(), "id": "someone-else"}
+    body = {"resourceType": "Parameters", "parameter": [
+        {"name": "resource", "resource": other}, {"name": "mode", "valueCode": "update"},
+        {"name": "profile", "valueUri": "http://example.org/StructureDefinition/ke-patient"}]}
+    response = await client.post(f"/fhir/Patient/{patient_id}/$validate", json=body,
+                                 headers=h)
+    assert response.status_code == 200
+    issues = response.json()["issue"]
+    assert any(i["severity"] == "error" and "not the id in the URL" in i["diagnostics"]
+               for i in issues)
+    assert any(i["severity"] == "warning" and i["code"] == "not-supported" for i in issues)
+
+    delete_ok = await client.post(f"/fhir/Patient/{patient_id}/$validate?mode=delete",
+                                  json={"resourceType": "Parameters"}, headers=h)
+    assert delete_ok.status_code == 200
+    assert delete_ok.json()["issue"][0]["severity"] == "information"
+    unknown = await client.post("/fhir/Patient/nobody/$validate?mode=delete",
+                                json={"resourceType": "Parameters"}, headers=h)
+    assert unknown.status_code == 404
+
+
+async def test_validate_refuses_what_cannot_be_validated(client, h):
+    wrong_type = await client.post("/fhir/Patient/$validate",
+                                   json={"resourceType": "Observation"}, headers=h)
+    assert wrong_type.status_code == 200
+    assert wrong_type.json()["issue"][0]["expression"] == ["resourceType"]
+    nothing = await client.post("/fhir/Patient/$validate",
+                                json={"resourceType": "Parameters", "parameter": []}, headers=h)
+    assert nothing.status_code == 400
+    bad_mode = await client.post("/fhir/Patient/$validate?mode=upsert", json=patient(),
+                                 headers=h)
+    assert bad_mode.status_code == 400
+    assert (await client.post("/fhir/Patient/$validate", json=patient())).status_code == 401

@@ -1,0 +1,90 @@
+"""``$validate``: ``POST [base]/[type]/$validate`` and ``POST [base]/[type]/[id]/$validate``
+(R4 operation Resource-validate).
+
+The body is the resource itself, or a ``Parameters`` resource with the ``resource`` to
+check and optionally ``mode`` (``create`` | ``update`` | ``delete``) and ``profile``. The
+check is the deepest the server has: the R4 JSON Schema and the fhir.resources models
+together, whatever ``HEALTHPLATFORM_FHIR_STRICT_VALIDATION`` says for writes.
+
+As the operation defines, a resource found invalid is a successful validation: 200 with
+an OperationOutcome listing the issues (one ``information`` issue when there are none).
+Only a request that cannot be validated is an error (400: no resource, an unknown mode;
+404: ``mode=delete`` of an unknown resource). Nothing is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fhir_server.http import FhirResponse, check_format, read_json_body
+from fhir_server.interactions.context import FhirContext
+from fhir_server.outcome import FhirError, Issue, operation_outcome
+from fhir_server.validation import validation_issues
+
+MODES = ("create", "update", "delete")
+
+
+async def validate(ctx: FhirContext, request: Request, resource_type: str,
+                   resource_id: str | None = None) -> Response:
+    check_format(request)
+    ctx.service.check_type(resource_type)
+    resource, mode, profiles = _arguments(await read_json_body(request), request)
+    issues: list[Issue] = []
+    if mode == "delete":
+        if resource_id is None:
+            raise FhirError.of(400, "required", "mode=delete needs the id in the URL "
+                               f"([base]/{resource_type}/[id]/$validate)")
+        await ctx.service.read(resource_type, resource_id)  # 404 / 410 as for a read
+    else:
+        if resource is None:
+            raise FhirError.of(400, "required", "No resource to validate: send it as the "
+                               "body or as the 'resource' parameter of a Parameters body")
+        issues += validation_issues(resource, resource_type)
+        issues += _mode_issues(resource, resource_type, resource_id, mode)
+    issues += [Issue("warning", "not-supported", f"Profile {p!r} was not checked: only the "
+                     "base R4 definitions are", ("profile",)) for p in profiles]
+    if not any(issue.severity in ("error", "fatal") for issue in issues):
+        issues.insert(0, Issue("information", "informational",
+                               f"No errors: the {resource_type} is valid FHIR R4"))
+    return FhirResponse(operation_outcome(issues))
+
+
+def _arguments(body: Any, request: Request) -> tuple[Any, str | None, list[str]]:
+    """(resource, mode, profiles) from the body and the query string."""
+    mode = request.query_params.get("mode")
+    profiles = request.query_params.getlist("profile")
+    resource = body
+    if isinstance(body, dict) and body.get("resourceType") == "Parameters":
+        resource = None
+        for parameter in body.get("parameter") or []:
+            if not isinstance(parameter, dict):
+                continue
+            name = parameter.get("name")
+            if name == "resource":
+                resource = parameter.get("resource")
+            elif name == "mode":
+                mode = parameter.get("valueCode") or parameter.get("valueString")
+            elif name == "profile":
+                profiles.append(str(parameter.get("valueUri") or parameter.get("valueCanonical")))
+    if mode is not None and mode not in MODES:
+        raise FhirError.of(400, "value", f"mode must be one of {', '.join(MODES)}, not {mode!r}",
+                           "mode")
+    return resource, mode, profiles
+
+
+def _mode_issues(resource: Any, resource_type: str, resource_id: str | None,
+                 mode: str | None) -> list[Issue]:
+    """What an update needs beyond a valid resource: its id, the URL's id."""
+    if mode != "update" or not isinstance(resource, dict):
+        return []
+    given = resource.get("id")
+    if given is None:
+        return [Issue("error", "required", f"{resource_type}.id: an update needs the id",
+                      (f"{resource_type}.id",))]
+    if resource_id is not None and given != resource_id:
+        return [Issue("error", "invalid", f"{resource_type}.id: {given!r} is not the id in "
+                      f"the URL ({resource_id!r})", (f"{resource_type}.id",))]
+    return []
