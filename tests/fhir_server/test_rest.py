@@ -141,6 +141,22 @@ async def test_invalid_json_and_invalid_resource_name_the_problem(client, h):
     assert "Patient.name[0].given" in str(nested.json())
 
 
+async def test_paths_no_interaction_serves_are_404_or_405_outcomes(client, h):
+    for path in ("/fhir/Patient/1/_history/1/extra/segments", "/fhir/Patient//_history",
+                 "/fhir/Patient/1/$nonsense/more"):
+        response = await client.get(path, headers=h)
+        assert response.status_code == 404, path
+        assert response.json()["resourceType"] == "OperationOutcome"
+    wrong_method = await client.post("/fhir/Patient/1/_history", headers=h)
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["resourceType"] == "OperationOutcome"
+    assert wrong_method.headers["allow"] == "GET"
+    # A trailing slash is the same path.
+    created = await client.post("/fhir/Patient", json=amina(), headers=h)
+    again = await client.get(f"/fhir/Patient/{created.json()['id']}/", headers=h)
+    assert again.status_code == 200
+
+
 async def test_unknown_type_is_404_and_xml_is_refused(client, h):
     assert (await client.get("/fhir/Spaceship/1", headers=h)).status_code == 404
     xml = await client.get("/fhir/Patient?_format=xml", headers=h)
