@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
+from platform_api import observability
 from platform_api.observability import (
     ACCESS_LOGGER_NAME,
     JsonFormatter,
@@ -274,3 +275,40 @@ def test_configure_logging_installs_one_json_handler_however_often_called(
 def test_configure_logging_rejects_an_unknown_level(root_logging: logging.Logger) -> None:
     with pytest.raises(ValueError, match="'verbose' is not one of"):
         configure_logging("verbose")
+
+
+async def test_the_direct_access_line_is_the_line_the_formatter_writes(
+    root_logging: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alone on the root (as in production), the JSON handler gets access lines directly;
+    they must read exactly like those formatted from a LogRecord."""
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root_logging.handlers[:] = []  # pytest's capture handlers off: production's setup
+    configure_logging("info")
+    handler = root_logging.handlers[0]
+    assert observability._sole_json_handler() is handler  # the direct path is taken
+    async with client_for(build_clinic_app()) as c:
+        await c.get("/patients/pat-9", headers={"X-Request-ID": "direct-1",
+                                                "User-Agent": "lab-bench/1"})
+    handler.flush()
+    direct = [json.loads(line) for line in stream.getvalue().splitlines()
+              if json.loads(line)["logger"] == ACCESS_LOGGER_NAME]
+    # The same request with another handler beside it: the LogRecord path.
+    side = logging.StreamHandler(io.StringIO())
+    root_logging.addHandler(side)
+    assert observability._sole_json_handler() is None
+    stream.seek(0)
+    stream.truncate()
+    async with client_for(build_clinic_app()) as c:
+        await c.get("/patients/pat-9", headers={"X-Request-ID": "direct-1",
+                                                "User-Agent": "lab-bench/1"})
+    handler.flush()
+    formatted = [json.loads(line) for line in stream.getvalue().splitlines()
+                 if json.loads(line)["logger"] == ACCESS_LOGGER_NAME]
+    assert len(direct) == len(formatted) == 1
+    for line in (direct[0], formatted[0]):
+        line.pop("timestamp")
+        line.pop("duration_ms")
+    assert direct[0] == formatted[0]
+    assert list(direct[0]) == list(formatted[0])  # same fields, same order
