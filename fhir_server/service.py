@@ -38,7 +38,7 @@ from fhir_server.store import (
     UnitOfWork,
     VersionConflict,
 )
-from fhir_server.store.port import StagedWrite
+from fhir_server.store.port import StagedWrite, Staging
 from fhir_server.validation import check_id, is_resource_type, validate_resource
 
 Indexer = Callable[[dict[str, Any]], IndexRows]
@@ -345,10 +345,16 @@ class FhirService:
 
     # -- bundles -----------------------------------------------------------------------
     async def transaction(self, bundle: dict[str, Any], *, base_url: str = "",
-                          prefer: str | None = None) -> dict[str, Any]:
+                          prefer: str | None = None,
+                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None
+                          ) -> dict[str, Any]:
         """Process a ``transaction`` (all or nothing) or ``batch`` Bundle; returns the
         ``transaction-response`` / ``batch-response`` Bundle. Usable from Python (the
-        HL7v2 gateway submits each message this way) as well as from ``POST /fhir``."""
+        HL7v2 gateway submits each message this way) as well as from ``POST /fhir``.
+
+        ``on_commit(staging, written)``: documents and events to commit atomically with a
+        transaction's resources, given the "Type/id" each entry wrote or matched."""
         from fhir_server.interactions.transaction import process_bundle
 
-        return await process_bundle(self, bundle, base_url=base_url, prefer=prefer)
+        return await process_bundle(self, bundle, base_url=base_url, prefer=prefer,
+                                    on_commit=on_commit)

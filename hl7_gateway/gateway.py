@@ -9,12 +9,11 @@ For every message, whichever transport brought it (MLLP or HTTP):
 3. look up the idempotency record (collection ``hl7_messages``, keyed by MSH-3|MSH-4|
    MSH-10): a message seen before is answered with the ACKs it got then, and stored once;
 4. map it to one FHIR transaction (``hl7_gateway.v2_to_fhir``), resolve merged updates;
-5. commit the transaction through ``FhirService.transaction``;
-6. record the outcome and emit ``platform.lab.result_received`` per lab report, in one
-   unit of work right after the commit (``FhirService.transaction`` commits its own unit
-   of work; a crash between the two means the sender resends and the message is
-   processed again: the conditional writes converge, only the stored original message
-   and its Provenance are written a second time);
+5. commit the transaction through ``FhirService.transaction``, and in the same commit
+   (its ``on_commit``) the idempotency record with the outcome and a
+   ``platform.lab.result_received`` event per lab report: the resources, the record and
+   the events are stored together or not at all, so a message is never half processed
+   and a resend after a crash is either answered from its record or processed afresh;
 7. build the ACKs: original mode AA / AE / AR; enhanced mode the commit ACK (CA / CE /
    CR, per MSH-15) and then the application ACK (per MSH-16).
 
@@ -33,9 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import orjson
 
 from fhir_server.outcome import FhirError
-from fhir_server.store import ConditionChanged, ResourceStore, VersionConflict
+from fhir_server.store import ConditionChanged, ResourceStore, Staging, VersionConflict
 from hl7_gateway.ack import (
     AckCode,
     AckMode,
@@ -106,7 +106,9 @@ class FhirTransactions(Protocol):
     store: ResourceStore
 
     async def transaction(self, bundle: JSON, *, base_url: str = "",
-                          prefer: str | None = None) -> JSON: ...
+                          prefer: str | None = None,
+                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None
+                          ) -> JSON: ...
     async def search(self, resource_type: str, params: list[tuple[str, str]]) -> list[JSON]: ...
 
 
@@ -200,16 +202,6 @@ def build_acks(message: Message, outcome: Outcome, errors: Sequence[ErrorDetail]
     return acks
 
 
-def _location_ids(response: JSON) -> list[str]:
-    """"Type/id" of every entry of a transaction-response, in request order."""
-    found = []
-    for entry in response.get("entry", []):
-        location = (entry.get("response") or {}).get("location", "")
-        parts = location.split("/_history/")[0].split("/")
-        found.append("/".join(parts[-2:]) if len(parts) >= 2 else "")
-    return found
-
-
 class HL7Gateway:
     """Turns v2 messages into committed FHIR transactions and answers with ACKs."""
 
@@ -257,9 +249,24 @@ class HL7Gateway:
             return await self._failed(message, raw, key, [exc.detail], received, replay)
         conditions = [f"{e.resource['resourceType']}:{identifier_token(e.identifier)}"
                       for e in mapped.entries if e.identifier is not None]
+        acks = build_acks(message, Outcome.ACCEPT, mapped.warnings, safe=True)
+        committed: list[Processed] = []
+
+        def record(staging: Staging, written: Sequence[str], *, mapped: MappedMessage
+                   ) -> None:
+            """Inside the commit: the outcome and the events, with the resources' ids."""
+            processed = Processed(Outcome.ACCEPT, acks, mapped.warnings, message.control_id,
+                                  _kind(message), resources=[r for r in written if r])
+            staging.put_document(MESSAGES, key, _record_of(key, message, processed,
+                                                           received, {}))
+            for event_id, payload in _result_events(message, mapped, written):
+                staging.emit(RESULT_TOPIC, payload, event_id=event_id,
+                             source_service=SOURCE_SERVICE)
+            committed[:] = [processed]
+
         async with self._locks.hold(conditions):
             try:
-                mapped, response = await self._commit(message, raw, received, mapped)
+                await self._commit(message, raw, received, mapped, record)
             except AmbiguousMatch as exc:
                 return await self._failed(message, raw, key, [ErrorDetail(205, str(exc))],
                                           received, replay)
@@ -269,13 +276,7 @@ class HL7Gateway:
                 return await self._failed(message, raw, key, [detail], received, replay)
             except _StorageFailure as exc:
                 return await self._storage_failure(message, raw, key, exc, replay)
-        resources = _location_ids(response)
-        acks = build_acks(message, Outcome.ACCEPT, mapped.warnings, safe=True)
-        processed = Processed(Outcome.ACCEPT, acks, mapped.warnings, message.control_id,
-                              _kind(message), resources=[r for r in resources if r])
-        await self._record(key, message, processed, received,
-                           events=_result_events(message, mapped, resources))
-        return processed
+        return committed[0]
 
     def _map(self, message: Message, raw: bytes, received: datetime) -> MappedMessage:
         try:
@@ -288,11 +289,16 @@ class HL7Gateway:
                                ) from exc
 
     async def _commit(self, message: Message, raw: bytes, received: datetime,
-                      mapped: MappedMessage) -> tuple[MappedMessage, JSON]:
+                      mapped: MappedMessage,
+                      record: Callable[..., None]) -> None:
+        """Commit the mapped transaction, ``record`` (outcome, events) in the same commit;
+        a lost race maps the message again and retries."""
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 await resolve_merges(mapped.entries, self.fhir.search)
-                return mapped, await self.fhir.transaction(mapped.bundle, prefer="minimal")
+                await self.fhir.transaction(mapped.bundle, prefer="minimal",
+                                            on_commit=functools.partial(record, mapped=mapped))
+                return
             except AmbiguousMatch:
                 raise
             except FhirError as exc:
@@ -312,14 +318,10 @@ class HL7Gateway:
         raise _StorageFailure("concurrent writes kept changing the resources of this message")
 
     async def _record(self, key: str, message: Message, processed: Processed,
-                      received: datetime, *, events: Sequence[tuple[str, JSON]] = (),
-                      extra: Mapping[str, Any] | None = None) -> None:
+                      received: datetime, *, extra: Mapping[str, Any] | None = None) -> None:
         async with self.store.unit_of_work() as uow:
             uow.put_document(MESSAGES, key, _record_of(key, message, processed, received,
                                                        extra or {}))
-            for event_id, payload in events:
-                uow.emit(RESULT_TOPIC, payload, event_id=event_id,
-                         source_service=SOURCE_SERVICE)
             await uow.commit()
 
     # -- failures ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import base64
 import binascii
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -59,7 +59,7 @@ from fhir_server.store import (
     StoreError,
     UnitOfWork,
 )
-from fhir_server.store.port import StagedWrite
+from fhir_server.store.port import StagedWrite, Staging
 from fhir_server.validation import check_id, is_resource_type
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ if TYPE_CHECKING:
 
 _ORDER = {"DELETE": 0, "POST": 1, "PUT": 2, "PATCH": 2, "GET": 3, "HEAD": 3}
 RETRIES = 3
+# on_commit(staging, written): see process_bundle.
+OnCommit = Callable[[Staging, Sequence[str]], None]
 MAX_ENTRIES = 10_000
 STATUS_TEXT = {200: "200 OK", 201: "201 Created", 204: "204 No Content"}
 
@@ -247,11 +249,12 @@ class Transaction:
     """One transaction Bundle; ``await run()`` answers the transaction-response."""
 
     def __init__(self, service: FhirService, entries: list[Entry], *, base_url: str,
-                 prefer: str | None):
+                 prefer: str | None, on_commit: OnCommit | None = None):
         self.service = service
         self.entries = entries
         self.base_url = base_url
         self.prefer = prefer
+        self.on_commit = on_commit
 
     async def run(self) -> dict[str, Any]:
         await self.service.refresh_registry()
@@ -288,6 +291,10 @@ class Transaction:
         async with self.service.store.unit_of_work() as uow:
             for entry in writes:
                 await self._stage(uow, entry)
+            if self.on_commit is not None:
+                on_commit = self.on_commit
+                uow.after_writes(lambda staging: on_commit(
+                    staging, [_written(entry) for entry in self.entries]))
             try:
                 await uow.commit()
             except ConditionChanged:
@@ -405,6 +412,16 @@ class Transaction:
                               self.prefer)
 
 
+def _written(entry: Entry) -> str:
+    """"Type/id" of the resource an entry wrote or matched, once applied ("" for none)."""
+    if entry.existing is not None:
+        return f"{entry.existing.resource_type}/{entry.existing.id}"
+    if entry.method in ("GET", "HEAD", "DELETE") or not entry.staged:
+        return ""
+    result = entry.staged[0].result
+    return f"{result.resource_type}/{result.id}" if result is not None else ""
+
+
 def _check_overlaps(writes: list[Entry]) -> None:
     """R4 3.1.0.11.2: a transaction whose entries (after resolving conditional ones) change
     the same resource twice fails."""
@@ -498,8 +515,13 @@ def _cyclic_gc_deferred(large: bool) -> Iterator[None]:
 
 
 async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "",
-                         prefer: str | None = None) -> dict[str, Any]:
-    """A transaction or batch Bundle → its response Bundle (FhirError when refused)."""
+                         prefer: str | None = None, on_commit: OnCommit | None = None
+                         ) -> dict[str, Any]:
+    """A transaction or batch Bundle → its response Bundle (FhirError when refused).
+
+    ``on_commit(staging, written)`` (transactions only) runs inside the commit with the
+    "Type/id" each entry wrote or matched, in entry order; what it stages (documents,
+    events) commits atomically with the resources."""
     kind = bundle.get("type") if isinstance(bundle, dict) else None
     if kind == "batch":
         from fhir_server.interactions.batch import process_batch
@@ -508,7 +530,8 @@ async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "
     raw_entries = bundle_entries(bundle, "transaction")
     with _cyclic_gc_deferred(len(raw_entries) >= 50):
         entries = [parse_entry(i, e, base_url) for i, e in enumerate(raw_entries)]
-        return await Transaction(service, entries, base_url=base_url, prefer=prefer).run()
+        return await Transaction(service, entries, base_url=base_url, prefer=prefer,
+                                 on_commit=on_commit).run()
 
 
 async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:

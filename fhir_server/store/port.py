@@ -16,7 +16,7 @@ adapter compiles it against its own index structures and answers a :class:`Searc
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -171,6 +171,16 @@ class StagedWrite:
     existing: bool = False
 
 
+class Staging(Protocol):
+    """What an ``after_writes`` callback may stage: documents and events."""
+
+    def put_document(self, collection: str, id: str, body: JSON) -> None: ...
+    def insert_document(self, collection: str, id: str, body: JSON) -> None: ...
+    def delete_document(self, collection: str, id: str) -> None: ...
+    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
+             source_service: str = "fhir_server") -> str: ...
+
+
 class UnitOfWork(Protocol):
     """Stage resource writes, documents and outbox events; ``commit`` applies them all."""
 
@@ -202,6 +212,12 @@ class UnitOfWork(Protocol):
     def delete_document(self, collection: str, id: str) -> None: ...
     def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
              source_service: str = "fhir_server") -> str: ...
+
+    def after_writes(self, callback: Callable[[Staging], None]) -> None:
+        """Call ``callback(staging)`` inside the commit, once the writes are applied (their
+        ``result`` set: ids a condition resolved, versions); the documents and events it
+        stages commit with them, atomically. A callback that raises fails the unit."""
+        ...
 
     async def commit(self) -> None: ...
     async def rollback(self) -> None: ...

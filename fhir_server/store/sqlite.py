@@ -58,6 +58,7 @@ from fhir_server.store.port import (
     ResourceNotFound,
     SearchPage,
     StagedWrite,
+    Staging,
     StoredResource,
     StoreError,
     VersionConflict,
@@ -195,14 +196,39 @@ def _field_value(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-class SQLiteUnitOfWork:
+class _Staged:
+    """Documents and outbox events staged for a commit, as the rows they become."""
+
+    def __init__(self) -> None:
+        self._documents: list[tuple[str, str, str, JSON | None]] = []  # (op, coll, id, body)
+        self._events: list[tuple[str, str, str, str, str]] = []
+
+    def put_document(self, collection: str, id: str, body: JSON) -> None:
+        self._documents.append(("put", collection, id, body))
+
+    def insert_document(self, collection: str, id: str, body: JSON) -> None:
+        self._documents.append(("insert", collection, id, body))
+
+    def delete_document(self, collection: str, id: str) -> None:
+        self._documents.append(("delete", collection, id, None))
+
+    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
+             source_service: str = "fhir_server") -> str:
+        event_id = event_id or str(uuid.uuid4())
+        self._events.append(
+            (event_id, topic, now_instant(), source_service, orjson.dumps(payload).decode())
+        )
+        return event_id
+
+
+class SQLiteUnitOfWork(_Staged):
     """Stages writes; ``commit`` applies them in one ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(self, store: SQLiteStore):
+        super().__init__()
         self._store = store
         self._writes: list[StagedWrite] = []
-        self._documents: list[tuple[str, str, str, JSON | None]] = []  # (op, coll, id, body)
-        self._events: list[tuple[str, str, str, str, str]] = []
+        self._callbacks: list[Callable[[Staging], None]] = []
         self.committed = False
 
     async def __aenter__(self) -> SQLiteUnitOfWork:
@@ -210,7 +236,7 @@ class SQLiteUnitOfWork:
 
     async def __aexit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None and not self.committed and (
-            self._writes or self._documents or self._events
+            self._writes or self._documents or self._events or self._callbacks
         ):
             await self.commit()
 
@@ -235,32 +261,20 @@ class SQLiteUnitOfWork:
         self._writes.append(w)
         return w
 
-    def put_document(self, collection: str, id: str, body: JSON) -> None:
-        self._documents.append(("put", collection, id, body))
-
-    def insert_document(self, collection: str, id: str, body: JSON) -> None:
-        self._documents.append(("insert", collection, id, body))
-
-    def delete_document(self, collection: str, id: str) -> None:
-        self._documents.append(("delete", collection, id, None))
-
-    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
-             source_service: str = "fhir_server") -> str:
-        event_id = event_id or str(uuid.uuid4())
-        self._events.append(
-            (event_id, topic, now_instant(), source_service, orjson.dumps(payload).decode())
-        )
-        return event_id
+    def after_writes(self, callback: Callable[[Staging], None]) -> None:
+        self._callbacks.append(callback)
 
     # -- applying --------------------------------------------------------------------
     async def commit(self) -> None:
-        await self._store.submit(self._writes, self._documents, self._events)
+        await self._store.submit(self._writes, self._documents, self._events,
+                                 self._callbacks)
         self.committed = True
 
     async def rollback(self) -> None:
         self._writes.clear()
         self._documents.clear()
         self._events.clear()
+        self._callbacks.clear()
 
 
 class SQLiteStore:
@@ -451,7 +465,8 @@ class SQLiteStore:
 
     async def submit(self, writes: Sequence[StagedWrite],
                      documents: Sequence[tuple[str, str, str, JSON | None]],
-                     events: Sequence[tuple[str, str, str, str, str]]) -> None:
+                     events: Sequence[tuple[str, str, str, str, str]],
+                     callbacks: Sequence[Callable[[Staging], None]] = ()) -> None:
         """Commit one unit of work, grouped with the others committing in this loop turn.
 
         Group commit: a SQLite commit costs far more than the rows it writes (every dirty
@@ -463,7 +478,7 @@ class SQLiteStore:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        self._pending.append(_Submitted(writes, documents, events, future))
+        self._pending.append(_Submitted(writes, documents, events, callbacks, future))
         if not self._flushing:
             self._flushing = True
             self._flusher = loop.create_task(self._flush())
@@ -512,7 +527,7 @@ class SQLiteStore:
             if unit.future.done():  # the committing task was cancelled meanwhile
                 continue
             if error is None:
-                wrote_events = wrote_events or bool(unit.events)
+                wrote_events = wrote_events or bool(unit.events or unit.callbacks)
                 unit.future.set_result(None)
             else:
                 unit.future.set_exception(error)
@@ -527,7 +542,7 @@ class SQLiteStore:
         savepoint around each unit, so that one alone rolls back."""
         try:
             for unit in batch:
-                self._apply_unit(conn, unit.writes, unit.documents, unit.events)
+                self._apply_unit(conn, unit)
             return [None] * len(batch)
         except (StoreError, sqlite3.Error):
             conn.execute("ROLLBACK")
@@ -540,7 +555,7 @@ class SQLiteStore:
                          ) -> BaseException | None:
         conn.execute("SAVEPOINT unit")
         try:
-            self._apply_unit(conn, unit.writes, unit.documents, unit.events)
+            self._apply_unit(conn, unit)
         except (StoreError, sqlite3.Error) as exc:
             conn.execute("ROLLBACK TO unit")
             conn.execute("RELEASE unit")
@@ -549,22 +564,26 @@ class SQLiteStore:
         conn.execute("RELEASE unit")
         return None
 
-    def _apply_unit(
-        self,
-        conn: sqlite3.Connection,
-        writes: Sequence[StagedWrite],
-        documents: Sequence[tuple[str, str, str, JSON | None]],
-        events: Sequence[tuple[str, str, str, str, str]],
-    ) -> None:
+    def _apply_unit(self, conn: sqlite3.Connection, unit: _Submitted) -> None:
         instant = now_instant()
         index_rows = _PendingIndex()
-        for write in writes:
+        for write in unit.writes:
             try:
                 write.result = self._apply_write(conn, write, instant, index_rows)
             except StoreError as exc:
                 exc.staged = write
                 raise
         index_rows.flush(conn)
+        documents, events = unit.documents, unit.events
+        if unit.callbacks:
+            staged = _Staged()
+            for callback in unit.callbacks:
+                try:
+                    callback(staged)
+                except Exception as exc:  # fails this unit only, like a failed write
+                    raise StoreError(f"after-writes callback failed: {exc}") from exc
+            documents = [*documents, *staged._documents]
+            events = [*events, *staged._events]
         for op, collection, doc_id, body in documents:
             self._apply_document(conn, op, collection, doc_id, body)
         if events:
@@ -916,6 +935,7 @@ class _Submitted:
     writes: Sequence[StagedWrite]
     documents: Sequence[tuple[str, str, str, JSON | None]]
     events: Sequence[tuple[str, str, str, str, str]]
+    callbacks: Sequence[Callable[[Staging], None]]
     future: asyncio.Future[None]
 
 

@@ -11,6 +11,7 @@ from fhir_server.store import (
     ResourceExists,
     ResourceGone,
     ResourceNotFound,
+    StoreError,
     VersionConflict,
 )
 
@@ -118,6 +119,44 @@ async def test_unit_of_work_is_all_or_nothing(store):
     assert await store.read_current("Patient", "p2") is None
     assert await store.get_document("users", "u1") is None
     assert await store.pending_events() == []
+
+
+async def test_after_writes_stages_with_the_results_in_the_same_commit(store):
+    seen = []
+
+    def record(staging):
+        seen.append(staged.result.version)
+        staging.put_document("receipts", "r1", {"id": "r1", "version": staged.result.version})
+        staging.emit("platform.test.recorded", {"patient": staged.result.id},
+                     event_id="evt-1")
+
+    async with store.unit_of_work() as uow:
+        staged = uow.create("Patient", "p1", patient("Odhiambo"))
+        uow.after_writes(record)
+        await uow.commit()
+    assert seen == [1]
+    assert (await store.get_document("receipts", "r1"))["version"] == 1
+    assert [e["payload"] for e in await store.pending_events()] == [{"patient": "p1"}]
+
+
+async def test_after_writes_commits_nothing_when_the_unit_fails(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    with pytest.raises(ResourceExists):
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "p1", patient("Clash"))
+            uow.after_writes(lambda staging: staging.put_document("receipts", "r2", {}))
+            await uow.commit()
+    assert await store.get_document("receipts", "r2") is None
+
+    def broken(staging):
+        raise ValueError("cannot record")
+
+    with pytest.raises(StoreError, match="cannot record"):
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "p2", patient("Mensah"))
+            uow.after_writes(broken)
+            await uow.commit()
+    assert await store.read_current("Patient", "p2") is None  # the writes went with it
 
 
 async def test_documents_find_count_and_unique_fields(store):

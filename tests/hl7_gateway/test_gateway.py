@@ -317,6 +317,34 @@ async def test_a_storage_failure_is_ar_not_recorded_and_the_resend_is_stored(
     assert len(await search(fhir, "DiagnosticReport")) == 1
 
 
+async def test_resources_and_outcome_record_are_stored_together_or_not_at_all(
+        fhir: FhirService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record (and the result events) commit with the resources: when recording fails,
+    nothing of the message is stored, the sender is told to resend, and the resend is
+    processed as a new message."""
+    from hl7_gateway import gateway as module
+
+    real_record_of = module._record_of
+
+    def failing_record_of(*args: Any) -> JSON:
+        raise RuntimeError("record store unavailable")
+
+    monkeypatch.setattr(module, "_record_of", failing_record_of)
+    gateway = HL7Gateway(fhir)
+    failed = await gateway.process(oru("ATOM-1"))
+    assert msa(failed.acks[0]) == ("AR", "ATOM-1")
+    assert await search(fhir, "DiagnosticReport") == []
+    assert await search(fhir, "Patient") == []
+    assert [e for e in await fhir.store.pending_events() if e["topic"] == RESULT_TOPIC] == []
+    monkeypatch.setattr(module, "_record_of", real_record_of)
+    resent = await gateway.process(oru("ATOM-1"))
+    assert (resent.ack_code, resent.duplicate) == ("AA", False)
+    record = await fhir.store.get_document(MESSAGES, "CITYLAB-LIS|CITY LAB|ATOM-1")
+    assert record is not None and record["resources"] == resent.resources
+    [report] = await search(fhir, "DiagnosticReport")
+    assert f"DiagnosticReport/{report['id']}" in record["resources"]
+
+
 async def test_a_dead_letter_is_retried_once_the_cause_is_gone(fhir: FhirService) -> None:
     gateway = HL7Gateway(FailingOnce(fhir))  # type: ignore[arg-type]
     failed = await gateway.process(oru("RETRY-1"))
