@@ -227,6 +227,8 @@ class SearchPlan:
 
 def split_escaped(text: str, separator: str) -> list[str]:
     """Split at ``separator`` unless escaped with a backslash; escapes are kept."""
+    if "\\" not in text:  # the usual case (and on every conditional write): no escapes
+        return text.split(separator)
     parts, current, i = [], [], 0
     while i < len(text):
         char = text[i]
@@ -245,6 +247,8 @@ def split_escaped(text: str, separator: str) -> list[str]:
 
 
 def unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in ",|$\\":
