@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -58,7 +60,10 @@ async def test_create_returns_201_location_etag_and_body(client, h):
     assert body["meta"]["versionId"] == "1"
     assert response.headers["etag"] == 'W/"1"'
     assert response.headers["location"].endswith(f"/fhir/Patient/{body['id']}/_history/1")
-    assert "last-modified" in response.headers
+    # Last-Modified is meta.lastUpdated as an HTTP date (RFC 9110 IMF-fixdate).
+    updated = datetime.fromisoformat(body["meta"]["lastUpdated"].replace("Z", "+00:00"))
+    assert response.headers["last-modified"] == format_datetime(
+        updated.replace(microsecond=0), usegmt=True)
 
 
 async def test_create_ignores_a_client_id(client, h):
