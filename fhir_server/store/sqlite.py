@@ -18,10 +18,11 @@ write of microseconds, far less than a thread hand-off costs, and a thread would
 worse: every statement hands the GIL back and forth, and the writer waits up to the
 interpreter's switch interval (5 ms) to get it back while the loop is busy (measured:
 a thread issuing small inserts beside a busy loop ran 17x slower). The exception is the
-COMMIT: one long call in which SQLite writes every dirty page of the batch to the WAL
-and now and then checkpoints (a third of HL7 ingest's SQLite time), so it runs in a
-writer thread, with the GIL released, while the loop goes on validating and indexing
-the next requests on the other core. Writes use their own connection (reads go on on
+end of a batch, made of a few long calls: the bulk insert of most of its search-index
+rows (one ``json_each`` statement per table) and the COMMIT, in which SQLite writes
+every dirty page to the WAL and now and then checkpoints. Those run in a writer thread,
+with the GIL released, while the loop goes on validating and indexing the next
+requests on the other core. Writes use their own connection (reads go on on
 the first one meanwhile: WAL snapshots); staging a batch inline also keeps a commit's
 precondition checks (versions, conditions, unique keys) and its writes in one
 ``BEGIN IMMEDIATE`` that nothing else interleaves with. Readers see a commit once it is
