@@ -205,6 +205,9 @@ def _point_date_cond(c: RangeCriterion, column: str) -> SQL:
 
 def _number_cond(prefix: str, value: float, s_lo: float, s_hi: float, lo: str = "x.lo",
                  hi: str = "x.hi") -> SQL:
+    """A number comparison on a stored range [lo, hi); a stored point (a composite's
+    quantity or number) passes its one column as both, which keeps every condition on
+    that column, so the ``(type, param, code, lo)`` index seeks the range."""
     match prefix:
         case "eq":  # lo <= hi: the redundant bound closes the range on the lo index
             return f"{lo} >= ? AND {lo} < ? AND {hi} < ?", [s_lo, s_hi, s_hi]
@@ -221,27 +224,6 @@ def _number_cond(prefix: str, value: float, s_lo: float, s_hi: float, lo: str = 
         case _:  # ap: within 10% of the value
             margin = abs(value) * 0.1
             return f"{lo} <= ? AND {hi} >= ?", [value + margin, value - margin]
-
-
-def _point_cond(prefix: str, value: float, s_lo: float, s_hi: float, column: str) -> SQL:
-    """A number comparison on a stored point value (a composite's quantity or number):
-    one column, so the ``(type, param, code, lo)`` index can seek the range."""
-    match prefix:
-        case "eq":
-            return f"{column} >= ? AND {column} < ?", [s_lo, s_hi]
-        case "ne":
-            return f"NOT ({column} >= ? AND {column} < ?)", [s_lo, s_hi]
-        case "gt" | "sa":
-            return f"{column} > ?", [value]
-        case "lt" | "eb":
-            return f"{column} < ?", [value]
-        case "ge":
-            return f"{column} >= ?", [value]
-        case "le":
-            return f"{column} <= ?", [value]
-        case _:
-            margin = abs(value) * 0.1
-            return f"{column} >= ? AND {column} <= ?", [value - margin, value + margin]
 
 
 def _quantity_cond(c: RangeCriterion) -> SQL:
@@ -286,7 +268,8 @@ def _composite_cond(c: CompositeCriterion) -> SQL:
         case "token":
             tail = _token_cond(c.tail, "x.vsystem", "x.vcode", "x.vcode")
         case "quantity":
-            number, args = _point_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi, "x.lo")
+            number, args = _number_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi,
+                                        "x.lo", "x.lo")
             units, unit_args = [number], list(args)
             if c.tail.code is not None:
                 units.append("x.vcode = ?")
@@ -296,7 +279,7 @@ def _composite_cond(c: CompositeCriterion) -> SQL:
                 unit_args.append(c.tail.system)
             tail = " AND ".join(units), unit_args
         case "number":
-            tail = _point_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi, "x.lo")
+            tail = _number_cond(c.tail.prefix, c.tail.value, c.tail.lo, c.tail.hi, "x.lo", "x.lo")
         case "date":
             tail = _date_cond(c.tail)
         case "string":

@@ -400,30 +400,30 @@ def practitioner_reference(rep: Repetition | None, sender: str) -> JSON | None:
         return None
     display = person_name_text(rep.subcomponent(2, 1), rep.component(3), rep.component(4),
                                rep.component(5), rep.component(6), rep.component(7))
-    value = rep.component(1).strip()
-    if not value and not display:
-        return None
-    ref: JSON = {"type": "Practitioner"}
-    if value:
-        system = _hd_in_component(rep, 9) or local_system(sender, "practitioner")
-        ref["identifier"] = {"system": system, "value": value}
-    ref["display"] = display or value
-    return ref
+    return _logical_reference(rep, "Practitioner", rep.component(1).strip(), display, 9,
+                              sender)
 
 
 def organization_reference(rep: Repetition | None, sender: str) -> JSON | None:
     """XON → a logical Reference(Organization): name XON-1, id XON-10 (or XON-3)."""
     if rep is None:
         return None
-    name = rep.component(1).strip()
     value = rep.component(10).strip() or rep.component(3).strip()
-    if not name and not value:
+    return _logical_reference(rep, "Organization", value, rep.component(1).strip(), 6,
+                              sender)
+
+
+def _logical_reference(rep: Repetition, kind: str, value: str, display: str,
+                       authority: int, sender: str) -> JSON | None:
+    """A logical Reference(kind): identifier ``value`` in the system of the HD in
+    component ``authority`` (else the sender's local one), and a display."""
+    if not value and not display:
         return None
-    ref: JSON = {"type": "Organization"}
+    ref: JSON = {"type": kind}
     if value:
-        system = _hd_in_component(rep, 6) or local_system(sender, "organization")
+        system = _hd_in_component(rep, authority) or local_system(sender, kind.lower())
         ref["identifier"] = {"system": system, "value": value}
-    ref["display"] = name or value
+    ref["display"] = display or value
     return ref
 
 
