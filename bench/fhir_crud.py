@@ -101,10 +101,16 @@ def run_wrk(base: str, path: str, lua: str, seconds: int, connections: int) -> d
     }
 
 
+PHASES = {"trivial": "/healthz", "create": "/fhir/Patient", "read": "/fhir/Patient",
+          "update": "/fhir/Patient"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--only", action="append", choices=list(PHASES),
+                        help="run only this phase (repeatable), e.g. to profile it")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
@@ -140,8 +146,9 @@ def main() -> None:
                    for _ in range(500)]
         results = {"connections": args.connections, "seconds_each": args.seconds}
         run_wrk(base, "/healthz", script("trivial", token, ids), 2, args.connections)  # warm up
-        for kind, path in (("trivial", "/healthz"), ("create", "/fhir/Patient"),
-                           ("read", "/fhir/Patient"), ("update", "/fhir/Patient")):
+        for kind, path in PHASES.items():
+            if args.only and kind not in args.only:
+                continue
             results[kind] = run_wrk(base, path, script(kind, token, ids), args.seconds,
                                     args.connections)
         print(json.dumps({"bench": "fhir_crud", **results}))

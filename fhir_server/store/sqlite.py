@@ -669,7 +669,7 @@ class SQLiteStore:
                 "UPDATE resources SET version = ?, last_updated = ?, deleted = ? WHERE rid = ?",
                 (version, instant, is_deleted, rid),
             )
-            _delete_index(conn, rid, index_rows)
+            index_rows.remove(rid)
         if w.index is not None and not is_deleted:
             index_rows.add(rid, w.resource_type, w.index)
         return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
@@ -760,7 +760,7 @@ class SQLiteStore:
                 ).fetchone()
                 if found is None:
                     continue  # changed since it was read: that write indexed it already
-                _delete_index(conn, found[0], rows)
+                rows.remove(found[0])
                 rows.add(found[0], stored.resource_type, index)
             rows.flush(conn)
             conn.execute("COMMIT")
@@ -898,11 +898,14 @@ async def _switch_to_wal(conn: sqlite3.Connection) -> None:
 
 
 class _PendingIndex:
-    """Index rows of one commit, inserted with one executemany per table at the end."""
+    """Index changes of one commit, applied with a few statements per table at the end:
+    the rows of resources written in it, and the resources (updated or deleted) whose
+    earlier rows must go first."""
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {}
         self.rids: set[int] = set()
+        self.stale: list[int] = []  # rids whose committed rows are to be deleted
 
     def add(self, rid: int, resource_type: str, index: IndexRows) -> None:
         self.rids.add(rid)
@@ -913,12 +916,27 @@ class _PendingIndex:
             else:
                 out.extend((rid, resource_type, *v) for v in values)
 
+    def remove(self, rid: int) -> None:
+        """Forget a resource's index rows: it is written again (or deleted)."""
+        if rid in self.rids:  # written earlier in this commit: its rows are still here
+            self.rids.discard(rid)
+            for table, values in self.rows.items():
+                self.rows[table] = [row for row in values if row[0] != rid]
+        else:
+            self.stale.append(rid)
+
     def bulk_statements(self, conn: sqlite3.Connection) -> list[tuple[str, str]]:
-        """Empty the pending rows: those of the tables listed in ``_BULK`` as statements
-        to run later, (SQL, JSON array of the rows) inserting a whole table's rows in
-        one step through ``json_each``; the others (numbers: a float's JSON text need not
-        come back as the same double) inserted now."""
+        """Empty the pending changes: those of the tables listed in ``_BULK`` as
+        statements to run later, (SQL, JSON array) deleting or inserting a whole table's
+        rows in one step through ``json_each``; the others (numbers: a float's JSON text
+        need not come back as the same double) applied now."""
         statements = []
+        if self.stale:
+            stale = orjson.dumps(self.stale).decode()
+            statements.extend((_BULK_DELETE[table], stale) for table in _BULK)
+            for table in INDEX_TABLES.keys() - _BULK.keys():
+                conn.execute(_BULK_DELETE[table], (stale,))
+            self.stale = []
         for table, values in self.rows.items():
             if values and table in _BULK:
                 statements.append((_BULK[table], orjson.dumps(values).decode()))
@@ -927,6 +945,12 @@ class _PendingIndex:
         return statements
 
     def flush(self, conn: sqlite3.Connection) -> None:
+        """Apply the pending changes now."""
+        if self.stale:
+            stale = orjson.dumps(self.stale).decode()
+            for sql in _BULK_DELETE.values():
+                conn.execute(sql, (stale,))
+            self.stale = []
         for table, values in self.rows.items():
             if not values:
                 continue
@@ -953,6 +977,12 @@ def _bulk_insert(table: str) -> str:
 # Index tables whose rows hold only text and integers: inserted in bulk from JSON.
 _BULK = {table: _bulk_insert(table)
          for table in ("string", "token", "reference", "uri", "date", "text")}
+# The rows of the resources whose rids a JSON array lists, per table.
+_BULK_DELETE = {
+    **{table: f"DELETE FROM idx_{table} WHERE rid IN (SELECT value FROM json_each(?))"
+       for table in INDEX_TABLES},
+    "text": "DELETE FROM idx_text WHERE rowid IN (SELECT value FROM json_each(?))",
+}
 
 
 def _finish(conn: sqlite3.Connection, statements: Sequence[tuple[str, str]]) -> None:
@@ -960,15 +990,6 @@ def _finish(conn: sqlite3.Connection, statements: Sequence[tuple[str, str]]) -> 
     for sql, rows in statements:
         conn.execute(sql, (rows,))
     conn.execute("COMMIT")
-
-
-def _delete_index(conn: sqlite3.Connection, rid: int, pending: _PendingIndex) -> None:
-    """Remove a resource's index rows before it is indexed again."""
-    if rid in pending.rids:
-        pending.flush(conn)  # written twice in one commit: its first rows are still pending
-    for table in INDEX_TABLES:
-        conn.execute(f"DELETE FROM idx_{table} WHERE rid = ?", (rid,))
-    conn.execute("DELETE FROM idx_text WHERE rowid = ?", (rid,))
 
 
 @dataclass(slots=True)

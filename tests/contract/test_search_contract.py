@@ -59,6 +59,29 @@ async def test_index_rows_follow_create_update_and_delete(store):
     assert await ids(store, plan("Patient", birthdate="ge1900")) == ["p2"]
 
 
+
+async def test_writes_of_one_resource_in_one_commit_keep_only_the_last_rows(store):
+    await put(store, patient("p1", "Odhiambo", "1988", "KE-7"), patient("p2", "Mensah", "1975"))
+    async with store.unit_of_work() as uow:
+        for family, mrn in (("Okafor", "KE-8"), ("Wanjiru", "KE-9")):
+            body = patient("p1", family, "1988", mrn)
+            uow.update("Patient", "p1", body, index=EXTRACT(body))
+        body = patient("p2", "Achieng", "1975")
+        uow.update("Patient", "p2", body, index=EXTRACT(body))
+        uow.delete("Patient", "p2")
+        # A condition later in the same commit sees the updates, not the committed rows.
+        stale = patient("p3", "Kamau", "1990", "KE-7")
+        kept = uow.create("Patient", "p3", stale, index=EXTRACT(stale),
+                          condition=Condition(plan("Patient", identifier="KE-7")))
+        await uow.commit()
+    assert not kept.existing
+    assert await ids(store, plan("Patient", family="okafor")) == []
+    assert await ids(store, plan("Patient", family="wanjiru")) == ["p1"]
+    assert await ids(store, plan("Patient", identifier="KE-9")) == ["p1"]
+    assert await ids(store, plan("Patient", identifier="KE-7")) == ["p3"]
+    assert await ids(store, plan("Patient", family="achieng")) == []
+    assert await ids(store, plan("Patient", birthdate="1975")) == []
+
 async def test_a_failed_commit_leaves_no_index_rows(store):
     await put(store, patient("p1", "Odhiambo", "1988"))
     with pytest.raises(ResourceExists):
