@@ -604,12 +604,25 @@ class SQLiteStore:
                 events,
             )
 
-    def _resolve_condition(self, conn: sqlite3.Connection, w: StagedWrite
-                           ) -> StoredResource | None:
+    def _resolve_condition(self, conn: sqlite3.Connection, w: StagedWrite,
+                           pending: _PendingIndex) -> StoredResource | None:
         """Settle a conditional write inside the transaction, where no other writer can
-        interleave. Returns the existing match when a conditional create must not write."""
+        interleave. Returns the existing match when a conditional create must not write.
+
+        The condition must see the writes staged earlier in this commit, whose index rows
+        are still pending: matched in memory when the plan allows (see
+        ``_PendingIndex.match``; committed rows of resources rewritten since are left
+        out), else inserted first."""
         assert w.condition is not None and self._writer_search is not None
-        ids = self._writer_search.match_ids(w.condition.plan, limit=2)
+        plan = w.condition.plan
+        staged = pending.match(plan)
+        if staged is None:
+            pending.flush(conn)
+            ids = self._writer_search.match_ids(plan, limit=2)
+        else:
+            hidden = pending.rids.keys() | pending.stale
+            ids = sorted({*self._writer_search.match_ids(plan, limit=2, hidden=hidden),
+                          *staged.values()})
         expected = w.condition.expected_ids
         if expected is not None and tuple(ids) != tuple(sorted(expected)):
             raise ConditionChanged(f"{w.resource_type}: the condition now matches {ids}")
@@ -626,9 +639,7 @@ class SQLiteStore:
     def _apply_write(self, conn: sqlite3.Connection, w: StagedWrite, instant: str,
                      index_rows: _PendingIndex) -> StoredResource:
         if w.condition is not None:
-            # Index rows staged earlier in this commit must be visible to the condition.
-            index_rows.flush(conn)
-            existing = self._resolve_condition(conn, w)
+            existing = self._resolve_condition(conn, w, index_rows)
             if existing is not None:
                 return existing
         if w.op == "create" and w.must_not_exist:
@@ -671,7 +682,7 @@ class SQLiteStore:
             )
             index_rows.remove(rid)
         if w.index is not None and not is_deleted:
-            index_rows.add(rid, w.resource_type, w.index)
+            index_rows.add(rid, w.resource_type, w.id, w.index)
         return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
                               w.method)
 
@@ -692,7 +703,7 @@ class SQLiteStore:
             "INSERT INTO versions (type, id, version, last_updated, deleted, method, body) "
             "VALUES (?, ?, 1, ?, 0, ?, ?)", (w.resource_type, w.id, instant, w.method, body))
         if w.index is not None:
-            index_rows.add(rid, w.resource_type, w.index)
+            index_rows.add(rid, w.resource_type, w.id, w.index)
         return StoredResource(w.resource_type, w.id, 1, instant, False, body, w.method)
 
     @staticmethod
@@ -761,7 +772,7 @@ class SQLiteStore:
                 if found is None:
                     continue  # changed since it was read: that write indexed it already
                 rows.remove(found[0])
-                rows.add(found[0], stored.resource_type, index)
+                rows.add(found[0], stored.resource_type, stored.id, index)
             rows.flush(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -904,26 +915,59 @@ class _PendingIndex:
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {}
-        self.rids: set[int] = set()
+        self.rids: dict[int, str] = {}  # rid → id of the resources with rows here
         self.stale: list[int] = []  # rids whose committed rows are to be deleted
+        # token rows by (type, param, code): (rid, system), for conditions (see match)
+        self.codes: dict[tuple[str, str, str], list[tuple[int, str | None]]] = {}
 
-    def add(self, rid: int, resource_type: str, index: IndexRows) -> None:
-        self.rids.add(rid)
+    def add(self, rid: int, resource_type: str, resource_id: str, index: IndexRows) -> None:
+        self.rids[rid] = resource_id
         for table, values in index.rows.items():
             out = self.rows.setdefault(table, [])
             if table == "text":
                 out.extend((rid, *v) for v in values)
-            else:
-                out.extend((rid, resource_type, *v) for v in values)
+                continue
+            out.extend((rid, resource_type, *v) for v in values)
+            if table == "token":
+                codes = self.codes
+                for param, system, code, _text in values:
+                    if code is not None:
+                        codes.setdefault((resource_type, param, code), []).append((rid, system))
 
     def remove(self, rid: int) -> None:
         """Forget a resource's index rows: it is written again (or deleted)."""
         if rid in self.rids:  # written earlier in this commit: its rows are still here
-            self.rids.discard(rid)
+            del self.rids[rid]
             for table, values in self.rows.items():
                 self.rows[table] = [row for row in values if row[0] != rid]
+            for key, found in self.codes.items():
+                self.codes[key] = [hit for hit in found if hit[0] != rid]
         else:
             self.stale.append(rid)
+
+    def match(self, plan: SearchPlan) -> dict[int, str] | None:
+        """The pending resources (rid → id) that match ``plan``, when it is one a
+        conditional write usually carries (token equalities such as
+        ``identifier=system|value``, AND-ed); None for any other plan."""
+        if len(plan.resource_types) != 1 or not plan.clauses:
+            return None
+        resource_type = plan.resource_types[0]
+        matched: set[int] | None = None
+        for clause in plan.clauses:
+            if clause.type != "token" or clause.modifier or clause.negate \
+                    or clause.missing is not None:
+                return None
+            hits: set[int] = set()
+            for c in clause.criteria:
+                if c.code is None or c.text is not None:
+                    return None
+                any_system = c.system is None and not c.no_system
+                for param in clause.index_params:
+                    for rid, system in self.codes.get((resource_type, param, c.code), ()):
+                        if any_system or system == c.system:  # |code: both None
+                            hits.add(rid)
+            matched = hits if matched is None else matched & hits
+        return {rid: self.rids[rid] for rid in matched or ()}
 
     def bulk_statements(self, conn: sqlite3.Connection) -> list[tuple[str, str]]:
         """Empty the pending changes: those of the tables listed in ``_BULK`` as
@@ -965,6 +1009,7 @@ class _PendingIndex:
                 f"VALUES ({marks})", values)
         self.rows.clear()
         self.rids.clear()
+        self.codes.clear()
 
 
 def _bulk_insert(table: str) -> str:

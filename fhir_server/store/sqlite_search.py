@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -686,16 +687,19 @@ class SQLiteSearch:
                 page.included = self._includes(plan, [r[-1] for r in rows])
             return page
 
-    def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
-        """Ids of up to ``limit`` current resources matching ``plan`` (conditionals)."""
+    def match_ids(self, plan: SearchPlan, limit: int, hidden: AbstractSet[int] = frozenset()
+                  ) -> list[str]:
+        """Ids of up to ``limit`` current resources matching ``plan`` (conditionals),
+        leaving out the resources whose rids are ``hidden``."""
         with self.budget():
             query = self.prepare(plan)
             if query.empty:
                 return []
             source, (checks, check_args) = self._source_and_checks(query)
             sql, args = source.select(f"DISTINCT {source.rid}")
-            rids = [r[0] for r in self.conn.execute(
-                f"{sql} AND {checks} LIMIT ?", [*args, *check_args, limit])]
+            rows = self.conn.execute(f"{sql} AND {checks} LIMIT ?",
+                                     [*args, *check_args, limit + len(hidden)])
+            rids = [r[0] for r in rows if r[0] not in hidden][:limit]
         if not rids:
             return []
         found = self.conn.execute(

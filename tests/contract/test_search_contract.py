@@ -166,3 +166,28 @@ async def test_reindex_reads_and_replaces_index_rows(store):
     assert await ids(store, plan("Patient", family="odhiambo")) == ["p1"]
     await store.replace_index([(batches[0][0], IndexRows())])
     assert await ids(store, plan("Patient", family="odhiambo")) == []
+
+
+async def test_conditions_see_what_the_same_commit_wrote_before_them(store):
+    def staged_patient(uow, pid, mrn, criteria=None, system="urn:oid:2.16.404.1.1"):
+        body = patient(pid, "Odhiambo", "1988")
+        body["identifier"] = [{"system": system, "value": mrn} if system else {"value": mrn}]
+        condition = Condition(plan("Patient", **criteria)) if criteria else None
+        return uow.create("Patient", pid, body, index=EXTRACT(body), condition=condition)
+
+    async with store.unit_of_work() as uow:
+        staged_patient(uow, "a", "KE-1")
+        staged_patient(uow, "b", "KE-2", system=None)
+        found = [staged_patient(uow, f"x{i}", "KE-0", criteria)
+                 for i, criteria in enumerate([
+                     {"identifier": "urn:oid:2.16.404.1.1|KE-1"},  # a
+                     {"identifier": "KE-1"},  # a: any system
+                     {"identifier": "|KE-1"},  # none: a has a system
+                     {"identifier": "|KE-2"},  # b
+                     {"identifier": "other|KE-2"},  # none
+                     {"identifier": "KE-2,KE-1", "_id": "b"},  # b (not a token: all rows)
+                     {"identifier": "KE-2", "active": "true"},  # none: b is not active
+                 ])]
+        await uow.commit()
+    outcome = [s.result.id if s.existing else None for s in found]
+    assert outcome == ["a", "a", None, "b", None, "b", None]
