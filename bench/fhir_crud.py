@@ -70,11 +70,14 @@ def script(kind: str, token: str, ids: list[str]) -> str:
             '  return wrk.format("GET", "/fhir/Patient/" .. ids[math.random(#ids)])\nend\n'
         ) + REPORT
     if kind == "update":
-        before, after = json.dumps(PATIENT)[:-1], "}"
+        # Each update changes the phone number, as a demographics update would: one
+        # search parameter type (token) and the full-text content change, the rest not.
+        before = json.dumps({k: v for k, v in PATIENT.items() if k != "telecom"})[:-1]
+        phone = ',"telecom": [{"system": "phone", "use": "mobile", "value": "+2547'
         return headers + ids_lua + (
             "request = function()\n  local id = ids[math.random(#ids)]\n"
             f"  local body = {lua_string(before)} .. ',\"id\": \"' .. id .. '\"' .. "
-            f"{lua_string(after)}\n"
+            f"{lua_string(phone)} .. math.random(10000000, 99999999) .. '\"}}]}}'\n"
             '  return wrk.format("PUT", "/fhir/Patient/" .. id, nil, body)\nend\n'
         ) + REPORT
     return REPORT  # trivial

@@ -33,6 +33,7 @@ connection and commits inline.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import sqlite3
 import uuid
@@ -107,6 +108,7 @@ CREATE TABLE IF NOT EXISTS resources (
     version INTEGER NOT NULL,
     last_updated TEXT NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0,
+    index_digest BLOB,  -- see _digest: which index tables an update must rewrite
     UNIQUE (type, id)
 );
 CREATE INDEX IF NOT EXISTS resources_type_updated ON resources (type, last_updated);
@@ -184,6 +186,7 @@ def _upgrade_index_schema(conn: sqlite3.Connection) -> bool:
             continue  # FTS5 shadow tables go with their virtual table
         conn.execute(f"DROP TABLE IF EXISTS {table}")
     conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
+    conn.execute("UPDATE resources SET index_digest = NULL")  # their rows are gone
     has_data = conn.execute("SELECT 1 FROM resources LIMIT 1").fetchone() is not None
     return has_data
 
@@ -312,6 +315,9 @@ class SQLiteStore:
         conn = _connect(self.path)
         await _switch_to_wal(conn)
         conn.executescript(_SCHEMA)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(resources)")}
+        if "index_digest" not in columns:  # a store made before digests
+            conn.execute("ALTER TABLE resources ADD COLUMN index_digest BLOB")
         self.needs_reindex = _upgrade_index_schema(conn)
         if self.needs_reindex:
             log.warning("search index tables were rebuilt for a new schema: run "
@@ -620,7 +626,7 @@ class SQLiteStore:
             pending.flush(conn)
             ids = self._writer_search.match_ids(plan, limit=2)
         else:
-            hidden = pending.rids.keys() | pending.stale
+            hidden = set(pending.stale.get("token", ()))
             ids = sorted({*self._writer_search.match_ids(plan, limit=2, hidden=hidden),
                           *staged.values()})
         expected = w.condition.expected_ids
@@ -645,10 +651,10 @@ class SQLiteStore:
         if w.op == "create" and w.must_not_exist:
             return self._insert_new(conn, w, instant, index_rows)
         row = conn.execute(
-            "SELECT rid, version, deleted FROM resources WHERE type = ? AND id = ?",
+            "SELECT rid, version, deleted, index_digest FROM resources WHERE type = ? AND id = ?",
             (w.resource_type, w.id),
         ).fetchone()
-        rid, current, deleted = row if row else (None, None, True)
+        rid, current, deleted, old_digest = row if row else (None, None, True, None)
         if w.must_not_exist and row is not None:
             raise ResourceExists(w.resource_type, w.id)
         if w.if_match is not None and (current != w.if_match or (deleted and w.op != "delete")):
@@ -676,11 +682,20 @@ class SQLiteStore:
             ).lastrowid
             assert rid is not None
         else:
+            # An update rewrites only the index tables whose rows changed (most updates
+            # change a few values): per-table digests of the rows say which.
+            digest = _digest(w.index) if w.index is not None and not is_deleted else None
             conn.execute(
-                "UPDATE resources SET version = ?, last_updated = ?, deleted = ? WHERE rid = ?",
-                (version, instant, is_deleted, rid),
+                "UPDATE resources SET version = ?, last_updated = ?, deleted = ?, "
+                "index_digest = ? WHERE rid = ?",
+                (version, instant, is_deleted, digest, rid),
             )
-            index_rows.remove(rid)
+            tables = _changed_tables(old_digest, digest)
+            index_rows.remove(rid, tables)
+            if w.index is not None and not is_deleted:
+                index_rows.add(rid, w.resource_type, w.id, w.index, tables)
+            return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted),
+                                  body, w.method)
         if w.index is not None and not is_deleted:
             index_rows.add(rid, w.resource_type, w.id, w.index)
         return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
@@ -773,6 +788,8 @@ class SQLiteStore:
                     continue  # changed since it was read: that write indexed it already
                 rows.remove(found[0])
                 rows.add(found[0], stored.resource_type, stored.id, index)
+                conn.execute("UPDATE resources SET index_digest = NULL WHERE rid = ?",
+                             (found[0],))
             rows.flush(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -910,19 +927,25 @@ async def _switch_to_wal(conn: sqlite3.Connection) -> None:
 
 class _PendingIndex:
     """Index changes of one commit, applied with a few statements per table at the end:
-    the rows of resources written in it, and the resources (updated or deleted) whose
-    earlier rows must go first."""
+    the rows of resources written in it, and per table the resources (updated or
+    deleted) whose earlier rows must go first."""
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {}
         self.rids: dict[int, str] = {}  # rid → id of the resources with rows here
-        self.stale: list[int] = []  # rids whose committed rows are to be deleted
+        self.stale: dict[str, list[int]] = {}  # table → rids whose stored rows go
         # token rows by (type, param, code): (rid, system), for conditions (see match)
         self.codes: dict[tuple[str, str, str], list[tuple[int, str | None]]] = {}
 
-    def add(self, rid: int, resource_type: str, resource_id: str, index: IndexRows) -> None:
+    def add(self, rid: int, resource_type: str, resource_id: str, index: IndexRows,
+            tables: Iterable[str] | None = None) -> None:
+        """Stage a resource's rows, of ``tables`` only when given."""
         self.rids[rid] = resource_id
-        for table, values in index.rows.items():
+        rows = index.rows
+        for table in rows if tables is None else tables:
+            values = rows.get(table)
+            if not values:
+                continue
             out = self.rows.setdefault(table, [])
             if table == "text":
                 out.extend((rid, *v) for v in values)
@@ -934,16 +957,20 @@ class _PendingIndex:
                     if code is not None:
                         codes.setdefault((resource_type, param, code), []).append((rid, system))
 
-    def remove(self, rid: int) -> None:
-        """Forget a resource's index rows: it is written again (or deleted)."""
-        if rid in self.rids:  # written earlier in this commit: its rows are still here
-            del self.rids[rid]
-            for table, values in self.rows.items():
-                self.rows[table] = [row for row in values if row[0] != rid]
-            for key, found in self.codes.items():
-                self.codes[key] = [hit for hit in found if hit[0] != rid]
-        else:
-            self.stale.append(rid)
+    def remove(self, rid: int, tables: Sequence[str] | None = None) -> None:
+        """Drop a resource's rows from ``tables`` (None: all): it is written again, or
+        deleted."""
+        if tables is None:
+            tables = _ALL_TABLES
+        for table in tables:
+            self.stale.setdefault(table, []).append(rid)
+        if rid in self.rids:  # written earlier in this commit: rows may still be here
+            for table in tables:
+                if table in self.rows:
+                    self.rows[table] = [row for row in self.rows[table] if row[0] != rid]
+            if "token" in tables:
+                for key, found in self.codes.items():
+                    self.codes[key] = [hit for hit in found if hit[0] != rid]
 
     def match(self, plan: SearchPlan) -> dict[int, str] | None:
         """The pending resources (rid → id) that match ``plan``, when it is one a
@@ -975,12 +1002,12 @@ class _PendingIndex:
         rows in one step through ``json_each``; the others (numbers: a float's JSON text
         need not come back as the same double) applied now."""
         statements = []
-        if self.stale:
-            stale = orjson.dumps(self.stale).decode()
-            statements.extend((_BULK_DELETE[table], stale) for table in _BULK)
-            for table in INDEX_TABLES.keys() - _BULK.keys():
-                conn.execute(_BULK_DELETE[table], (stale,))
-            self.stale = []
+        for table, rids in self.stale.items():
+            if table in _BULK:
+                statements.append((_BULK_DELETE[table], orjson.dumps(rids).decode()))
+            else:
+                conn.execute(_BULK_DELETE[table], (orjson.dumps(rids).decode(),))
+        self.stale = {}
         for table, values in self.rows.items():
             if values and table in _BULK:
                 statements.append((_BULK[table], orjson.dumps(values).decode()))
@@ -990,11 +1017,9 @@ class _PendingIndex:
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Apply the pending changes now."""
-        if self.stale:
-            stale = orjson.dumps(self.stale).decode()
-            for sql in _BULK_DELETE.values():
-                conn.execute(sql, (stale,))
-            self.stale = []
+        for table, rids in self.stale.items():
+            conn.execute(_BULK_DELETE[table], (orjson.dumps(rids).decode(),))
+        self.stale = {}
         for table, values in self.rows.items():
             if not values:
                 continue
@@ -1022,6 +1047,25 @@ def _bulk_insert(table: str) -> str:
 # Index tables whose rows hold only text and integers: inserted in bulk from JSON.
 _BULK = {table: _bulk_insert(table)
          for table in ("string", "token", "reference", "uri", "date", "text")}
+_ALL_TABLES = (*INDEX_TABLES, "text")
+
+
+def _digest(index: IndexRows) -> bytes:
+    """Eight bytes per index table (``_ALL_TABLES`` order) identifying a resource's rows
+    in it: an update compares them to the stored ones to skip the tables it leaves as
+    they were. Computed on updates only; NULL (every table rewritten) after a create."""
+    rows = index.rows
+    return b"".join(
+        hashlib.blake2b(orjson.dumps(rows[t]), digest_size=8).digest() if rows.get(t)
+        else bytes(8) for t in _ALL_TABLES)
+
+
+def _changed_tables(old: bytes | None, new: bytes | None) -> Sequence[str]:
+    if old is None or new is None or len(old) != len(new):
+        return _ALL_TABLES
+    return [t for i, t in enumerate(_ALL_TABLES) if old[i * 8:i * 8 + 8] != new[i * 8:i * 8 + 8]]
+
+
 # The rows of the resources whose rids a JSON array lists, per table.
 _BULK_DELETE = {
     **{table: f"DELETE FROM idx_{table} WHERE rid IN (SELECT value FROM json_each(?))"

@@ -60,6 +60,36 @@ async def test_index_rows_follow_create_update_and_delete(store):
 
 
 
+async def test_updates_keep_every_index_table_current(store):
+    """Each update changes some parameter types and leaves others as they were."""
+    base = {**patient("p1", "Odhiambo", "1988-04-12", "KE-1"), "gender": "female"}
+    await put(store, base, patient("p2", "Mensah", "1975"))
+    steps = [
+        ({}, {"family": "odhiambo", "gender": "female", "birthdate": "1988-04-12"}),
+        ({}, {"family": "odhiambo", "gender": "female"}),  # the same body again
+        ({"gender": "male"}, {"family": "odhiambo", "gender": "male"}),
+        ({"gender": "male", "name": [{"family": "Okafor"}]},
+         {"family": "okafor", "_content": "okafor"}),
+        ({"gender": "male", "name": [{"family": "Okafor"}], "birthDate": "1990"},
+         {"birthdate": "1990", "gender": "male", "identifier": "KE-1"}),
+    ]
+    for change, expect in steps:
+        await put(store, {**base, **change})
+        for param, value in expect.items():
+            assert await ids(store, plan("Patient", **{param: value})) == ["p1"], (change, param)
+    assert await ids(store, plan("Patient", family="odhiambo")) == []
+    assert await ids(store, plan("Patient", gender="female")) == []
+    assert await ids(store, plan("Patient", birthdate="1988")) == []
+    assert await ids(store, plan("Patient", _content="odhiambo")) == []
+    async with store.unit_of_work() as uow:
+        uow.delete("Patient", "p1")
+        await uow.commit()
+    assert await ids(store, plan("Patient", gender="male")) == []
+    await put(store, {**base, "gender": "other"})  # back from deletion
+    assert await ids(store, plan("Patient", gender="other")) == ["p1"]
+    assert await ids(store, plan("Patient", family="odhiambo")) == ["p1"]
+
+
 async def test_writes_of_one_resource_in_one_commit_keep_only_the_last_rows(store):
     await put(store, patient("p1", "Odhiambo", "1988", "KE-7"), patient("p2", "Mensah", "1975"))
     async with store.unit_of_work() as uow:
