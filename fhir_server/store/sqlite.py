@@ -367,7 +367,10 @@ class SQLiteStore:
     async def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """A maintenance write, ``work(connection)``, in turn with the group commits."""
         async with self._write_gate:
-            return work(self.writer_conn)
+            result = work(self.writer_conn)
+            if self._checkpointer is not None:
+                self._checkpointer.committed(self.writer_conn)
+            return result
 
     @property
     def conn(self) -> sqlite3.Connection:
