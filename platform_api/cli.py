@@ -6,6 +6,7 @@ import asyncio
 import gc
 import getpass
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -31,6 +32,18 @@ def tune_gc() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
+def tune_threads() -> None:
+    """Hand the GIL over every millisecond instead of every 5.
+
+    The store's writer and checkpoint threads release the GIL inside SQLite and need it
+    back for a moment between statements; while the event loop is busy, each such return
+    waited up to the switch interval, and every request in the batch waited with it.
+    Measured with ``bench/fhir_crud.py``: write p99 about 2 ms lower (create 22.9 → 20.9
+    ms, update 22.0 → 20.3, four runs each), throughput unchanged or better; HL7 ingest
+    unchanged."""
+    sys.setswitchinterval(0.001)
+
+
 @app.command()
 def serve(
     host: str | None = typer.Option(None, help="Bind address (HEALTHPLATFORM_HTTP_HOST)"),
@@ -53,6 +66,7 @@ def serve(
                       f"{settings.mllp_host}:{settings.mllp_port}")
     application = create_app(settings)
     tune_gc()
+    tune_threads()
     uvicorn.run(application, host=settings.http_host, port=settings.http_port,
                 loop="uvloop", http="httptools", access_log=False, log_level="warning",
                 log_config=None, ssl_certfile=settings.tls_cert_file or None,
