@@ -1109,13 +1109,14 @@ class _Checkpointer:
     A background checkpoint cannot empty the WAL by itself: SQLite starts writing it from
     the beginning again only when a write transaction begins with every frame copied,
     and the writer keeps appending. So once the WAL holds ``RESTART_FRAMES`` or more and
-    a background pass has copied most of it, the writer, right after its next COMMIT,
-    checkpoints the few frames left itself; its next transaction then rewinds the WAL,
-    which stays a few tens of MB.
+    a background pass has left at most ``TOP_UP_FRAMES`` uncopied, the writer, right
+    after its next COMMIT, checkpoints the few frames left itself; its next transaction
+    then rewinds the WAL, which stays a few tens of MB.
     """
 
     PAUSE = 0.05
     RESTART_FRAMES = 8192  # 32 MiB of 4 KiB pages
+    TOP_UP_FRAMES = 512
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
@@ -1148,7 +1149,11 @@ class _Checkpointer:
             except sqlite3.Error as exc:
                 log.warning("WAL checkpoint failed: %s", exc)
             else:
-                self.rewind = frames >= self.RESTART_FRAMES and copied > 0
+                # The writer tops up only a pass that left little to copy (a stall of a
+                # few ms), unless the WAL grew far past the mark: then it copies whatever
+                # is left, to keep the file bounded.
+                self.rewind = frames >= self.RESTART_FRAMES and copied > 0 and (
+                    frames - copied <= self.TOP_UP_FRAMES or frames >= 4 * self.RESTART_FRAMES)
             self.stopping.wait(self.PAUSE)
 
     def stop(self) -> None:
