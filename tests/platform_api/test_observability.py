@@ -288,24 +288,22 @@ async def test_the_direct_access_line_is_the_line_the_formatter_writes(
     configure_logging("info")
     handler = root_logging.handlers[0]
     assert observability._sole_json_handler() is handler  # the direct path is taken
-    async with client_for(build_clinic_app()) as c:
-        await c.get("/patients/pat-9", headers={"X-Request-ID": "direct-1",
-                                                "User-Agent": "lab-bench/1"})
-    handler.flush()
-    direct = [json.loads(line) for line in stream.getvalue().splitlines()
-              if json.loads(line)["logger"] == ACCESS_LOGGER_NAME]
+    async def access_lines() -> list[dict[str, object]]:
+        async with client_for(build_clinic_app()) as c:
+            await c.get("/patients/pat-9", headers={"X-Request-ID": "direct-1",
+                                                    "User-Agent": "lab-bench/1"})
+        handler.flush()
+        return [json.loads(line) for line in stream.getvalue().splitlines()
+                if json.loads(line)["logger"] == ACCESS_LOGGER_NAME]
+
+    direct = await access_lines()
     # The same request with another handler beside it: the LogRecord path.
     side = logging.StreamHandler(io.StringIO())
     root_logging.addHandler(side)
     assert observability._sole_json_handler() is None
     stream.seek(0)
     stream.truncate()
-    async with client_for(build_clinic_app()) as c:
-        await c.get("/patients/pat-9", headers={"X-Request-ID": "direct-1",
-                                                "User-Agent": "lab-bench/1"})
-    handler.flush()
-    formatted = [json.loads(line) for line in stream.getvalue().splitlines()
-                 if json.loads(line)["logger"] == ACCESS_LOGGER_NAME]
+    formatted = await access_lines()
     assert len(direct) == len(formatted) == 1
     for line in (direct[0], formatted[0]):
         line.pop("timestamp")
