@@ -10,7 +10,6 @@ batch/transaction bundles (:mod:`fhir_server.interactions.transaction`).
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import time
@@ -194,9 +193,7 @@ class FhirService:
     async def match_plan(self, plan: SearchPlan, limit: int) -> list[str]:
         """``match_ids`` for a plan already parsed (a transaction parses its conditions
         once and re-checks the same plan inside the commit)."""
-        plan = copy.copy(plan)
-        plan.count, plan.total = limit, "none"
-        return [s.id for s in (await self.store.search(plan)).resources]
+        return await self.store.match_ids(plan, limit)
 
     # -- staged writes (callers own the unit of work) ----------------------------------
     def stage_create(self, uow: UnitOfWork, resource: dict[str, Any], *,

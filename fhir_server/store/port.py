@@ -261,6 +261,11 @@ class ResourceStore(Protocol):
         """Run a search plan: one page of current resources, includes and cursors."""
         ...
 
+    async def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
+        """The sorted ids of up to ``limit`` current resources matching ``plan``'s
+        criteria (what conditional interactions ask; sort, paging and includes ignored)."""
+        ...
+
     async def count_current(self) -> int:
         """Current (not deleted) resources of every type: the size of a reindex."""
         ...

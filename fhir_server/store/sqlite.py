@@ -750,6 +750,11 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return self._search.search(plan)
 
+    async def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
+        if self._search is None:
+            raise RuntimeError("store is not open")
+        return self._search.match_ids(plan, limit)
+
     def _fetch_rids(self, rids: Sequence[int], conn: sqlite3.Connection | None = None
                     ) -> list[tuple[int, StoredResource]]:
         """(rid, current version) of ``rids``, in that order (deleted ones left out)."""

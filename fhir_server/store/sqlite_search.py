@@ -691,6 +691,11 @@ class SQLiteSearch:
                   ) -> list[str]:
         """Ids of up to ``limit`` current resources matching ``plan`` (conditionals),
         leaving out the resources whose rids are ``hidden``."""
+        direct = _token_match(plan)
+        if direct is not None:  # the usual condition: one index lookup, nothing to plan
+            sql, args = direct
+            hits = self.conn.execute(sql, [*args, limit + len(hidden)]).fetchall()
+            return sorted(i for rid, i in hits if rid not in hidden)[:limit]
         with self.budget():
             query = self.prepare(plan)
             if query.empty:
@@ -964,3 +969,29 @@ class SQLiteSearch:
                 [*args, MAX_INCLUDED + 1]).fetchall()
             rids += [r[0] for r in rows]
         return rids
+
+
+def _token_match(plan: SearchPlan) -> SQL | None:
+    """The query for a plan of one plain token clause (``identifier=system|value``,
+    ``code=a,b``...) on one type, what almost every conditional write carries: rows of
+    the token index joined to their resources, ``LIMIT ?`` left to bind. None for any
+    other plan (planned as a search)."""
+    if len(plan.resource_types) != 1 or plan.all_types or plan.compartment is not None \
+            or len(plan.clauses) != 1:
+        return None
+    clause = plan.clauses[0]
+    if clause.type != "token" or clause.modifier or clause.negate \
+            or clause.missing is not None or not clause.criteria:
+        return None
+    alternatives, args = [], []
+    for c in clause.criteria:
+        if c.code is None or c.text is not None:
+            return None
+        cond, cond_args = _token_cond(c)
+        alternatives.append(f"({cond})")
+        args.extend(cond_args)
+    params = clause.index_params
+    sql = ("SELECT DISTINCT r.rid, r.id FROM idx_token x JOIN resources r ON r.rid = x.rid "
+           f"WHERE x.type = ? AND x.param IN ({', '.join('?' * len(params))}) "
+           f"AND ({' OR '.join(alternatives)}) AND r.deleted = 0 LIMIT ?")
+    return sql, [plan.resource_types[0], *params, *args]

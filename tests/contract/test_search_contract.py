@@ -221,3 +221,35 @@ async def test_conditions_see_what_the_same_commit_wrote_before_them(store):
         await uow.commit()
     outcome = [s.result.id if s.existing else None for s in found]
     assert outcome == ["a", "a", None, "b", None, "b", None]
+
+
+async def test_match_ids_finds_what_search_finds(store):
+    """Conditional interactions ask for matching ids only; every kind of plan answers as
+    the search of the same criteria does (deleted resources never match)."""
+    await put(store, patient("a", "Odhiambo", "1988", "KE-1"), patient("b", "Mensah", "1975"),
+              {**patient("c", "Okafor", "1990", "KE-3"), "active": True},
+              {**patient("d", "Kamau", "1960"), "identifier": [{"value": "KE-4"}]})
+    async with store.unit_of_work() as uow:
+        uow.delete("Patient", "c")
+        await uow.commit()
+    observation = {"resourceType": "Observation", "id": "o1", "status": "final",
+                   "code": {"coding": [{"system": "http://loinc.org", "code": "718-7"}]},
+                   "component": [{"code": {"coding": [{"system": "http://loinc.org",
+                                                       "code": "8480-6"}]}}]}
+    await put(store, observation)
+    cases = [
+        ("Patient", {"identifier": "urn:oid:2.16.404.1.1|KE-1"}, ["a"]),
+        ("Patient", {"identifier": "KE-1,KE-4"}, ["a", "d"]),
+        ("Patient", {"identifier": "|KE-4"}, ["d"]),
+        ("Patient", {"identifier": "|KE-1"}, []),
+        ("Patient", {"identifier": "KE-3"}, []),  # deleted
+        ("Patient", {"identifier": "KE-1", "family": "odh"}, ["a"]),  # planned as a search
+        ("Patient", {"family": "m"}, ["b"]),
+        ("Observation", {"combo-code": "http://loinc.org|8480-6"}, ["o1"]),  # a union
+        ("Observation", {"code": "8480-6"}, []),
+    ]
+    for resource_type, criteria, expected in cases:
+        search = plan(resource_type, **criteria)
+        assert await store.match_ids(search, limit=10) == expected, criteria
+        assert sorted(await ids(store, search)) == expected, criteria
+    assert len(await store.match_ids(plan("Patient", identifier="KE-1,KE-4"), limit=1)) == 1
