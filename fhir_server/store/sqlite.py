@@ -67,7 +67,7 @@ from fhir_server.store.port import (
     StoreError,
     VersionConflict,
 )
-from fhir_server.store.sqlite_search import SQLiteSearch
+from fhir_server.store.sqlite_search import SQLiteSearch, plain_token
 
 log = logging.getLogger(__name__)
 
@@ -998,13 +998,10 @@ class _PendingIndex:
         resource_type = plan.resource_types[0]
         matched: set[int] | None = None
         for clause in plan.clauses:
-            if clause.type != "token" or clause.modifier or clause.negate \
-                    or clause.missing is not None:
+            if not plain_token(clause):
                 return None
             hits: set[int] = set()
             for c in clause.criteria:
-                if c.code is None or c.text is not None:
-                    return None
                 any_system = c.system is None and not c.no_system
                 for param in clause.index_params:
                     for rid, system in self.codes.get((resource_type, param, c.code), ()):

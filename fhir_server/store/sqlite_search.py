@@ -980,13 +980,10 @@ def _token_match(plan: SearchPlan) -> SQL | None:
             or len(plan.clauses) != 1:
         return None
     clause = plan.clauses[0]
-    if clause.type != "token" or clause.modifier or clause.negate \
-            or clause.missing is not None or not clause.criteria:
+    if not plain_token(clause):
         return None
     alternatives, args = [], []
     for c in clause.criteria:
-        if c.code is None or c.text is not None:
-            return None
         cond, cond_args = _token_cond(c)
         alternatives.append(f"({cond})")
         args.extend(cond_args)
@@ -995,3 +992,11 @@ def _token_match(plan: SearchPlan) -> SQL | None:
            f"WHERE x.type = ? AND x.param IN ({', '.join('?' * len(params))}) "
            f"AND ({' OR '.join(alternatives)}) AND r.deleted = 0 LIMIT ?")
     return sql, [plan.resource_types[0], *params, *args]
+
+
+def plain_token(clause: Clause) -> bool:
+    """A token clause of codes compared for equality (``system|code``, ``code``,
+    ``|code``), OR-ed: no modifier, ``:not``, ``:missing``, ``:text`` or ``system|``."""
+    return (clause.type == "token" and not clause.modifier and not clause.negate
+            and clause.missing is None and bool(clause.criteria)
+            and all(c.code is not None and c.text is None for c in clause.criteria))
