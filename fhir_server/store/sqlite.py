@@ -1112,8 +1112,9 @@ class _Checkpointer:
     the beginning again only when a write transaction begins with every frame copied,
     and the writer keeps appending. So once the WAL holds ``RESTART_FRAMES`` or more and
     a background pass has left at most ``TOP_UP_FRAMES`` uncopied, the writer, right
-    after its next COMMIT, checkpoints the few frames left itself; its next transaction
-    then rewinds the WAL, which stays a few tens of MB.
+    after its next COMMIT, checkpoints the few frames left itself (this thread stands
+    aside meanwhile, or the two would keep taking the checkpoint lock from each other);
+    its next transaction then rewinds the WAL, which stays a few tens of MB.
     """
 
     PAUSE = 0.05
@@ -1132,11 +1133,14 @@ class _Checkpointer:
     def committed(self, conn: sqlite3.Connection) -> None:
         """After a COMMIT, in the writer thread."""
         if self.rewind:
-            self.rewind = False
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except sqlite3.Error as exc:  # never fails the commit that went through
                 log.warning("WAL checkpoint failed: %s", exc)
+            else:
+                # Done once every frame is copied; while another checkpoint holds the lock
+                # (busy) or a reader pins older frames, try again after the next commit.
+                self.rewind = bool(busy) or copied < frames
         self.wake.set()
 
     def _run(self) -> None:
@@ -1145,6 +1149,8 @@ class _Checkpointer:
             if self.stopping.is_set():
                 return
             self.wake.clear()
+            if self.rewind:
+                continue  # the writer is finishing one: holding the lock would stop it
             try:
                 _busy, frames, copied = self.conn.execute(
                     "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
