@@ -1137,6 +1137,7 @@ class _Checkpointer:
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except sqlite3.Error as exc:  # never fails the commit that went through
                 log.warning("WAL checkpoint failed: %s", exc)
+                self.rewind = False  # the background passes take over again
             else:
                 # Done once every frame is copied; while another checkpoint holds the lock
                 # (busy) or a reader pins older frames, try again after the next commit.
