@@ -39,7 +39,7 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -337,6 +337,8 @@ class SQLiteStore:
             self._writer_search = SQLiteSearch(
                 self._writer_conn, lambda rids: self._fetch_rids(rids, self._writer_conn))
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._writer_conn.execute(_BULK_VIEW)
+        self._writer_conn.execute(_BULK_TRIGGER)
 
     async def close(self) -> None:
         if self._writer is not None:
@@ -358,11 +360,20 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return self._writer_conn
 
-    async def _in_writer(self, work: Callable[..., Any], *args: Any) -> Any:
-        """``work(*args)`` in the writer thread (inline for an in-memory store)."""
+    def _in_writer(self, work: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """``work(*args)`` in the writer thread, handed over now (inline for an in-memory
+        store). Not a coroutine on purpose: one would reach the executor only when the
+        loop next ran it, after every callback ready meanwhile (measured: 12 ms under
+        HL7 load, with the write connection idle and every later batch waiting)."""
+        loop = asyncio.get_running_loop()
         if self._writer is None:
-            return work(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._writer, work, *args)
+            future: asyncio.Future[Any] = loop.create_future()
+            try:
+                future.set_result(work(*args))
+            except Exception as exc:  # delivered to whoever awaits, as the executor would
+                future.set_exception(exc)
+            return future
+        return loop.run_in_executor(self._writer, work, *args)
 
     async def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """A maintenance write, ``work(connection)``, in turn with the group commits."""
@@ -528,13 +539,13 @@ class SQLiteStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
             outcomes, pending = self._apply_batch(conn, batch)
-            # The index rows of the batch and the COMMIT go to the writer thread: one
-            # statement per table (see _PendingIndex.bulk_statements), so SQLite inserts
-            # them with the GIL released while the loop goes on. Not cancellable halfway:
-            # the thread would go on regardless.
-            statements = pending.bulk_statements(conn)
-            await asyncio.shield(self._in_writer(_finish, conn, statements,
-                                                 self._checkpointer))
+            # The index rows of the batch and the COMMIT go to the writer thread: two
+            # statements (see _BULK_APPLY), so SQLite deletes and inserts them with the
+            # GIL released while the loop goes on. Cancelling this task does not stop the
+            # thread, which commits regardless (no shield: it would add a turn of the
+            # loop, a few ms under load, before every next batch).
+            bulk = pending.bulk_parameters(conn)
+            await self._in_writer(_finish, conn, bulk, self._checkpointer)
         except asyncio.CancelledError:
             raise  # only the COMMIT awaits: it goes on in the writer thread
         except BaseException:
@@ -1010,24 +1021,27 @@ class _PendingIndex:
             matched = hits if matched is None else matched & hits
         return {rid: self.rids[rid] for rid in matched or ()}
 
-    def bulk_statements(self, conn: sqlite3.Connection) -> list[tuple[str, str]]:
-        """Empty the pending changes: those of the tables listed in ``_BULK`` as
-        statements to run later, (SQL, JSON array) deleting or inserting a whole table's
-        rows in one step through ``json_each``; the others (numbers: a float's JSON text
-        need not come back as the same double) applied now."""
-        statements = []
+    def bulk_parameters(self, conn: sqlite3.Connection) -> tuple[str | None, ...] | None:
+        """Empty the pending changes: those of the tables listed in ``_BULK`` as the
+        parameters of one ``_BULK_APPLY`` statement (per table a JSON array of the rids
+        whose rows go, and one of the rows to insert; None: nothing), or None when there
+        is nothing; the others (numbers: a float's JSON text need not come back as the
+        same double) applied now."""
+        parameters: dict[str, str] = {}
         for table, rids in self.stale.items():
             if table in _BULK:
-                statements.append((_BULK_DELETE[table], orjson.dumps(rids).decode()))
+                parameters[f"d_{table}"] = orjson.dumps(rids).decode()
             else:
                 conn.execute(_BULK_DELETE[table], (orjson.dumps(rids).decode(),))
         self.stale = {}
         for table, values in self.rows.items():
             if values and table in _BULK:
-                statements.append((_BULK[table], orjson.dumps(values).decode()))
+                parameters[f"i_{table}"] = orjson.dumps(values).decode()
         self.rows = {t: v for t, v in self.rows.items() if t not in _BULK}
         self.flush(conn)
-        return statements
+        if not parameters:
+            return None
+        return tuple(parameters.get(column) for column in _BULK_COLUMNS)
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Apply the pending changes now."""
@@ -1087,12 +1101,32 @@ _BULK_DELETE = {
     "text": "DELETE FROM idx_text WHERE rowid IN (SELECT value FROM json_each(?))",
 }
 
+# A batch's bulk index changes in one statement: an INSERT into a view whose INSTEAD OF
+# trigger runs every table's delete, then every table's insert (json_each(NULL) is
+# empty). The writer thread runs it and the COMMIT with the GIL released; as separate
+# statements (a dozen for a lab result's resources) it took the GIL back after each one,
+# waiting up to a switch interval every time while the event loop was busy, which
+# doubled the time a batch held the write connection. TEMP objects: per connection,
+# created when it opens, never stored in the file.
+_BULK_COLUMNS = (*(f"d_{t}" for t in _BULK), *(f"i_{t}" for t in _BULK))
+_BULK_VIEW = (f"CREATE TEMP VIEW IF NOT EXISTS bulk_index ({', '.join(_BULK_COLUMNS)}) AS "
+              f"SELECT {', '.join('NULL' for _ in _BULK_COLUMNS)}")
+_BULK_TRIGGER = (
+    "CREATE TEMP TRIGGER IF NOT EXISTS bulk_index_apply INSTEAD OF INSERT ON bulk_index "
+    "BEGIN "
+    + " ".join(_BULK_DELETE[t].replace("json_each(?)", f"json_each(NEW.d_{t})") + ";"
+               for t in _BULK)
+    + " ".join(_BULK[t].replace("json_each(?)", f"json_each(NEW.i_{t})") + ";" for t in _BULK)
+    + " END")
+_BULK_APPLY = (f"INSERT INTO bulk_index ({', '.join(_BULK_COLUMNS)}) "
+               f"VALUES ({', '.join('?' for _ in _BULK_COLUMNS)})")
 
-def _finish(conn: sqlite3.Connection, statements: Sequence[tuple[str, str]],
+
+def _finish(conn: sqlite3.Connection, bulk: Sequence[str | None] | None,
             checkpointer: _Checkpointer | None = None) -> None:
-    """The end of a batch, in the writer thread: the bulk index inserts, then COMMIT."""
-    for sql, rows in statements:
-        conn.execute(sql, (rows,))
+    """The end of a batch, in the writer thread: the bulk index changes, then COMMIT."""
+    if bulk is not None:
+        conn.execute(_BULK_APPLY, bulk)
     conn.execute("COMMIT")
     if checkpointer is not None:
         checkpointer.committed(conn)
