@@ -380,7 +380,8 @@ class SQLiteStore:
         async with self._write_gate:
             result = work(self.writer_conn)
             if self._checkpointer is not None:
-                self._checkpointer.committed(self.writer_conn)
+                self._checkpointer.committed()
+                await self._top_up()
             return result
 
     @property
@@ -519,20 +520,29 @@ class SQLiteStore:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                try:
-                    async with self._write_gate:
+                async with self._write_gate:
+                    try:
                         outcomes = await self._commit_batch(self.writer_conn, batch)
-                except BaseException as exc:  # the transaction failed: everyone gets it
-                    for unit in batch:
-                        _reset(unit.writes)
-                        if not unit.future.done():
-                            unit.future.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                self._settle(batch, outcomes)
+                    except BaseException as exc:  # the transaction failed: everyone gets it
+                        for unit in batch:
+                            _reset(unit.writes)
+                            if not unit.future.done():
+                                unit.future.set_exception(exc)
+                        if not isinstance(exc, Exception):
+                            raise
+                        continue
+                    self._settle(batch, outcomes)
+                    # The batch is answered; a WAL top-up now delays only the next one,
+                    # whose units are still being staged meanwhile.
+                    await self._top_up()
         finally:
             self._flushing = False
+
+    async def _top_up(self) -> None:
+        """The writer's share of a WAL rewind, when due (see ``_Checkpointer``)."""
+        checkpointer = self._checkpointer
+        if checkpointer is not None and checkpointer.rewind:
+            await self._in_writer(checkpointer.top_up, self.writer_conn)
 
     async def _commit_batch(self, conn: sqlite3.Connection, batch: Sequence[_Submitted]
                             ) -> list[BaseException | None]:
@@ -1129,7 +1139,7 @@ def _finish(conn: sqlite3.Connection, bulk: Sequence[str | None] | None,
         conn.execute(_BULK_APPLY, bulk)
     conn.execute("COMMIT")
     if checkpointer is not None:
-        checkpointer.committed(conn)
+        checkpointer.committed()
 
 
 class _Checkpointer:
@@ -1145,10 +1155,11 @@ class _Checkpointer:
     A background checkpoint cannot empty the WAL by itself: SQLite starts writing it from
     the beginning again only when a write transaction begins with every frame copied,
     and the writer keeps appending. So once the WAL holds ``RESTART_FRAMES`` or more and
-    a background pass has left at most ``TOP_UP_FRAMES`` uncopied, the writer, right
-    after its next COMMIT, checkpoints the few frames left itself (this thread stands
-    aside meanwhile, or the two would keep taking the checkpoint lock from each other);
-    its next transaction then rewinds the WAL, which stays a few tens of MB.
+    a background pass has left at most ``TOP_UP_FRAMES`` uncopied, the writer, after
+    its next COMMIT (once that batch is answered: the copy, 2-5 ms with its fsync,
+    delays only the next batch), checkpoints the few frames left itself (this thread
+    stands aside meanwhile, or the two would keep taking the checkpoint lock from each
+    other); its next transaction then rewinds the WAL, which stays a few tens of MB.
     """
 
     PAUSE = 0.05
@@ -1164,8 +1175,13 @@ class _Checkpointer:
                                        daemon=True)
         self.thread.start()
 
-    def committed(self, conn: sqlite3.Connection) -> None:
-        """After a COMMIT, in the writer thread."""
+    def committed(self) -> None:
+        """After a COMMIT: a background pass is due."""
+        self.wake.set()
+
+    def top_up(self, conn: sqlite3.Connection) -> None:
+        """The writer, once its batch is answered, copies what a background pass left
+        (while ``rewind`` is set), so that its next transaction rewinds the WAL."""
         if self.rewind:
             try:
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
