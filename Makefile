@@ -4,13 +4,21 @@
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The interpreter .venv is made from: the distribution's CPython when it is 3.11 or newer
+# and can make venvs, else the first python3 on PATH. Distributions build CPython with
+# profile-guided and link-time optimisation; a plain source build (pyenv's default, what
+# python3 is on these machines) has neither and ran this server 15-25% slower (same code,
+# same hour: reads 6,200-6,700/s vs 4,800-5,100/s, HL7 ingest 124-126 vs 104-112 msg/s).
+# `make PYTHON3=/path/to/python3` picks another; an existing .venv is kept as it is.
+PYTHON3 ?= $(shell /usr/bin/python3 -c 'import sys, venv, ensurepip; \
+	sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo /usr/bin/python3 || echo python3)
 
 .PHONY: install run test lint bench clean
 
 install: $(STAMP)
 
 $(PYTHON):
-	python3 -m venv $(VENV)
+	$(PYTHON3) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PYTHON)
 	$(PYTHON) -m pip install -e '.[test]'
