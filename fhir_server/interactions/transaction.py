@@ -91,6 +91,7 @@ class Entry:
     # decided while processing
     submitted: Any = None  # the resource as sent: each attempt rewrites from this
     condition_plan: SearchPlan | None = None  # ifNoneExist / criteria, parsed once
+    matched: list[str] | None = None  # the condition's matches, asked with the others'
     target_id: str | None = None
     expected: tuple[str, ...] | None = None
     existing: StoredResource | None = None
@@ -277,9 +278,10 @@ class Transaction:
                 entry.submitted = entry.resource
             entry.resource = entry.submitted
             entry.target_id, entry.expected, entry.existing = None, None, None
-            entry.staged, entry.response = [], None
+            entry.matched, entry.staged, entry.response = None, [], None
         ordered = sorted(self.entries, key=lambda e: _ORDER[e.method])
         writes = [e for e in ordered if e.method not in ("GET", "HEAD")]
+        await self._match_conditions(writes)
         ids: dict[str, str] = {}
         for entry in writes:
             await self._resolve(entry, ids)
@@ -314,6 +316,39 @@ class Transaction:
         return self.entries[0]
 
     # -- step 1: resolve targets ------------------------------------------------------------
+    async def _match_conditions(self, writes: Sequence[Entry]) -> None:
+        """Ask the store for the matches of every conditional create and update at once
+        (an HL7 result carries a dozen or more: one statement instead of one each). An
+        entry whose condition does not parse is left to ``_resolve``, which says why."""
+        asked: list[Entry] = []
+        for entry in writes:
+            criteria = entry.if_none_exist if entry.method == "POST" else (
+                entry.criteria if entry.method == "PUT" and entry.resource_id is None
+                else None)
+            if not criteria or entry.resource_type is None:
+                continue
+            try:
+                entry.condition_plan = await self.service.parse([entry.resource_type],
+                                                                criteria, strict=True)
+            except FhirError:
+                continue
+            asked.append(entry)
+        if len(asked) > 1:
+            answers = await self.service.store.match_ids_many(
+                [e.condition_plan for e in asked if e.condition_plan is not None], limit=2)
+            for entry, found in zip(asked, answers, strict=True):
+                entry.matched = found
+
+    async def _matches(self, entry: Entry, criteria: list[tuple[str, str]], limit: int
+                       ) -> list[str]:
+        assert entry.resource_type is not None
+        if entry.matched is not None:
+            return entry.matched
+        if entry.condition_plan is None:
+            entry.condition_plan = await self.service.parse([entry.resource_type], criteria,
+                                                            strict=True)
+        return await self.service.match_plan(entry.condition_plan, limit=limit)
+
     async def _resolve(self, entry: Entry, ids: dict[str, str]) -> None:
         service, kind = self.service, entry.resource_type
         assert kind is not None
@@ -321,9 +356,7 @@ class Transaction:
             if entry.method == "POST":
                 entry.target_id = new_id()
                 if entry.if_none_exist is not None:
-                    entry.condition_plan = await service.parse([kind], entry.if_none_exist,
-                                                               strict=True)
-                    found = await service.match_plan(entry.condition_plan, limit=2)
+                    found = await self._matches(entry, entry.if_none_exist, limit=2)
                     if len(found) > 1:
                         raise MultipleMatches(kind, len(found))
                     entry.expected = tuple(found)
@@ -342,8 +375,7 @@ class Transaction:
                 if not entry.criteria:
                     raise FhirError.of(400, "invalid",
                                        "A conditional request needs search criteria")
-                entry.condition_plan = await service.parse([kind], entry.criteria, strict=True)
-                found = await service.match_plan(entry.condition_plan, limit=limit)
+                found = await self._matches(entry, entry.criteria, limit=limit)
                 if entry.method != "DELETE" and len(found) > 1:
                     raise MultipleMatches(kind, len(found))
                 if len(found) > 100:

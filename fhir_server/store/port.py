@@ -266,6 +266,13 @@ class ResourceStore(Protocol):
         criteria (what conditional interactions ask; sort, paging and includes ignored)."""
         ...
 
+    async def match_ids_many(self, plans: Sequence[SearchPlan], limit: int
+                             ) -> list[list[str]]:
+        """``match_ids`` of each plan, in order: the conditions of a transaction's
+        entries, asked before it commits (an adapter answers them together where it can).
+        """
+        ...
+
     async def count_current(self) -> int:
         """Current (not deleted) resources of every type: the size of a reindex."""
         ...

@@ -776,6 +776,12 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return self._search.match_ids(plan, limit)
 
+    async def match_ids_many(self, plans: Sequence[SearchPlan], limit: int
+                             ) -> list[list[str]]:
+        if self._search is None:
+            raise RuntimeError("store is not open")
+        return self._search.match_ids_many(plans, limit)
+
     def _fetch_rids(self, rids: Sequence[int], conn: sqlite3.Connection | None = None
                     ) -> list[tuple[int, StoredResource]]:
         """(rid, current version) of ``rids``, in that order (deleted ones left out)."""

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from fhir_server.search.plan import (
     ChainCriterion,
     Clause,
@@ -711,6 +713,38 @@ class SQLiteSearch:
             f"SELECT id FROM resources WHERE rid IN ({','.join('?' * len(rids))})", rids)
         return sorted(r[0] for r in found)
 
+    def match_ids_many(self, plans: Sequence[SearchPlan], limit: int) -> list[list[str]]:
+        """``match_ids`` of each plan, in order. Plans of one plain token clause (what the
+        conditional entries of a transaction or an HL7 message carry, a dozen or more at
+        once) are answered together, a statement per ``_TRIPLES_PER_STATEMENT``; any
+        other plan on its own."""
+        answers: list[list[str] | None] = [None] * len(plans)
+        plain = [(i, p) for i, p in enumerate(plans) if plain_token_plan(p)]
+        for start in range(0, len(plain), _TRIPLES_PER_STATEMENT):
+            chunk = plain[start:start + _TRIPLES_PER_STATEMENT]
+            triples = sorted({(p.resource_types[0], param, c.code)
+                              for _i, p in chunk for param in p.clauses[0].index_params
+                              for c in p.clauses[0].criteria})
+            # A code shared by many resources (a condition on a common code) would bring
+            # them all: past a few rows per condition, each is asked on its own (LIMIT).
+            cap = len(triples) * (limit + 8)
+            rows = self.conn.execute(f"{_TOKEN_TRIPLES} LIMIT ?",
+                                     (orjson.dumps(triples).decode(), cap)).fetchall()
+            if len(rows) >= cap:
+                continue
+            found: dict[tuple[str, str, str], list[tuple[str, str | None]]] = {}
+            for resource_id, resource_type, param, system, code in rows:
+                found.setdefault((resource_type, param, code), []).append(
+                    (resource_id, system))
+            for i, p in chunk:
+                clause, resource_type = p.clauses[0], p.resource_types[0]
+                hits = {resource_id for c in clause.criteria for param in clause.index_params
+                        for resource_id, system in found.get((resource_type, param, c.code), ())
+                        if _system_matches(c, system)}
+                answers[i] = sorted(hits)[:limit]
+        return [answer if answer is not None else self.match_ids(plans[i], limit)
+                for i, answer in enumerate(answers)]
+
     def count(self, query: _Query) -> int:
         if query.empty:
             return 0
@@ -976,12 +1010,9 @@ def _token_match(plan: SearchPlan) -> SQL | None:
     ``code=a,b``...) on one type, what almost every conditional write carries: rows of
     the token index joined to their resources, ``LIMIT ?`` left to bind. None for any
     other plan (planned as a search)."""
-    if len(plan.resource_types) != 1 or plan.all_types or plan.compartment is not None \
-            or len(plan.clauses) != 1:
+    if not plain_token_plan(plan):
         return None
     clause = plan.clauses[0]
-    if not plain_token(clause):
-        return None
     alternatives, args = [], []
     for c in clause.criteria:
         cond, cond_args = _token_cond(c)
@@ -992,6 +1023,31 @@ def _token_match(plan: SearchPlan) -> SQL | None:
            f"WHERE x.type = ? AND x.param IN ({', '.join('?' * len(params))}) "
            f"AND ({' OR '.join(alternatives)}) AND r.deleted = 0 LIMIT ?")
     return sql, [plan.resource_types[0], *params, *args]
+
+
+def plain_token_plan(plan: SearchPlan) -> bool:
+    """One plain token clause (see ``plain_token``) on one resource type."""
+    return (len(plan.resource_types) == 1 and not plan.all_types
+            and plan.compartment is None and len(plan.clauses) == 1
+            and plain_token(plan.clauses[0]))
+
+
+# Token rows with their resource ids, for (type, param, code) triples listed as JSON:
+# exact lookups in the (type, param, code) index, one statement for many conditions.
+_TOKEN_TRIPLES = (
+    "SELECT r.id, x.type, x.param, x.system, x.code "
+    "FROM json_each(?) w JOIN idx_token x ON x.type = w.value ->> 0 "
+    "AND x.param = w.value ->> 1 AND x.code = w.value ->> 2 "
+    "JOIN resources r ON r.rid = x.rid WHERE r.deleted = 0")
+# Conditions answered per statement (a transaction may carry thousands).
+_TRIPLES_PER_STATEMENT = 500
+
+
+def _system_matches(c: TokenCriterion, system: str | None) -> bool:
+    """What ``_token_cond`` asks of the system of a row with the criterion's code."""
+    if c.system is not None:
+        return system == c.system
+    return system is None if c.no_system else True
 
 
 def plain_token(clause: Clause) -> bool:

@@ -253,3 +253,55 @@ async def test_match_ids_finds_what_search_finds(store):
         assert await store.match_ids(search, limit=10) == expected, criteria
         assert sorted(await ids(store, search)) == expected, criteria
     assert len(await store.match_ids(plan("Patient", identifier="KE-1,KE-4"), limit=1)) == 1
+
+
+async def test_match_ids_many_answers_each_plan_as_match_ids_does(store):
+    """A transaction asks the conditions of all its entries at once: each answer is the
+    one ``match_ids`` gives for that plan alone, in order, whatever else is asked with it
+    (plain token conditions of several types and parameters, codes shared across systems,
+    ``|code``, OR-ed codes, deleted resources, plans that are not plain tokens)."""
+    await put(store, patient("a", "Odhiambo", "1988", "KE-1"), patient("b", "Mensah", "1975"),
+              {**patient("c", "Okafor", "1990", "KE-3")},
+              {**patient("d", "Kamau", "1960"), "identifier": [{"value": "KE-4"}]},
+              {**patient("e", "Banda", "1970"),
+               "identifier": [{"system": "urn:other", "value": "KE-1"}]})
+    async with store.unit_of_work() as uow:
+        uow.delete("Patient", "c")
+        await uow.commit()
+    await put(store, {"resourceType": "Observation", "id": "o1", "status": "final",
+                      "identifier": [{"system": "urn:oid:2.16.404.1.1", "value": "KE-1"}],
+                      "code": {"coding": [{"system": "http://loinc.org", "code": "718-7"}]}})
+    criteria = [
+        ("Patient", {"identifier": "urn:oid:2.16.404.1.1|KE-1"}),  # a, not e nor o1
+        ("Patient", {"identifier": "KE-1"}),  # a and e
+        ("Patient", {"identifier": "urn:other|KE-1"}),  # e
+        ("Patient", {"identifier": "KE-1,KE-4"}),  # a, d, e
+        ("Patient", {"identifier": "|KE-4"}),  # d
+        ("Patient", {"identifier": "|KE-1"}),  # none
+        ("Patient", {"identifier": "KE-3"}),  # deleted
+        ("Observation", {"identifier": "urn:oid:2.16.404.1.1|KE-1"}),  # o1
+        ("Observation", {"code": "http://loinc.org|718-7"}),  # o1
+        ("Patient", {"family": "m"}),  # not a token: b
+        ("Patient", {"identifier": "KE-1", "family": "odh"}),  # two clauses: a
+        ("Patient", {"identifier": "urn:nothing|KE-9"}),  # none
+    ]
+    plans = [plan(resource_type, **c) for resource_type, c in criteria]
+    expected = [await store.match_ids(p, limit=10) for p in plans]
+    assert expected[:5] == [["a"], ["a", "e"], ["e"], ["a", "d", "e"], ["d"]]
+    assert await store.match_ids_many(plans, limit=10) == expected
+    assert await store.match_ids_many(list(reversed(plans)), limit=10) == expected[::-1]
+    assert await store.match_ids_many(plans, limit=1) == [e[:1] for e in expected]
+    assert await store.match_ids_many([], limit=2) == []
+
+
+async def test_match_ids_many_with_a_code_many_resources_share(store):
+    """A condition on a code held by many resources still answers up to the limit (an
+    adapter that looks them up together must not bring, or miss, any of them)."""
+    await put(store, *[patient(f"p{i:02d}", "Shared", "1980", "SHARED") for i in range(25)],
+              patient("x", "Single", "1981", "ONE"))
+    plans = [plan("Patient", identifier="urn:oid:2.16.404.1.1|SHARED"),
+             plan("Patient", identifier="ONE")]
+    for limit in (1, 2, 101):
+        expected = [await store.match_ids(p, limit=limit) for p in plans]
+        assert await store.match_ids_many(plans, limit=limit) == expected
+    assert len(expected[0]) == 25 and expected[1] == ["x"]
