@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import socket
 import sqlite3
 import statistics
@@ -177,6 +178,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(10)
+        shutil.rmtree(data_dir, ignore_errors=True)  # ~170 MB a run
     rng = random.Random(7)
     sample = [oru(n, args.patients, rng) for n in range(200)]
     ordered = sorted(latencies)
