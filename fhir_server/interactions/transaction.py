@@ -320,7 +320,7 @@ class Transaction:
         """Ask the store for the matches of every conditional create and update at once
         (an HL7 result carries a dozen or more: one statement instead of one each). An
         entry whose condition does not parse is left to ``_resolve``, which says why."""
-        asked: list[Entry] = []
+        asked: list[tuple[Entry, SearchPlan]] = []
         for entry in writes:
             criteria = entry.if_none_exist if entry.method == "POST" else (
                 entry.criteria if entry.method == "PUT" and entry.resource_id is None
@@ -332,11 +332,10 @@ class Transaction:
                                                                 criteria, strict=True)
             except FhirError:
                 continue
-            asked.append(entry)
+            asked.append((entry, entry.condition_plan))
         if len(asked) > 1:
-            answers = await self.service.store.match_ids_many(
-                [e.condition_plan for e in asked if e.condition_plan is not None], limit=2)
-            for entry, found in zip(asked, answers, strict=True):
+            answers = await self.service.store.match_ids_many([p for _e, p in asked], limit=2)
+            for (entry, _plan), found in zip(asked, answers, strict=True):
                 entry.matched = found
 
     async def _matches(self, entry: Entry, criteria: list[tuple[str, str]], limit: int

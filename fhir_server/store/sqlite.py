@@ -18,9 +18,9 @@ write of microseconds, far less than a thread hand-off costs, and a thread would
 worse: every statement hands the GIL back and forth, and the writer waits up to the
 interpreter's switch interval (5 ms) to get it back while the loop is busy (measured:
 a thread issuing small inserts beside a busy loop ran 17x slower). The exception is the
-end of a batch, made of a few long calls: the bulk insert of most of its search-index
-rows (one ``json_each`` statement per table) and the COMMIT, in which SQLite writes
-every dirty page to the WAL. Those run in a writer thread, with the GIL released, while
+end of a batch, made of two long calls: the bulk changes of most of its search-index
+rows (one statement, see ``_BULK_APPLY``) and the COMMIT, in which SQLite writes every
+dirty page to the WAL. Those run in a writer thread, with the GIL released, while
 the loop goes on validating and indexing the next requests on the other core. WAL
 checkpoints (copying pages back into the database file, with two fsyncs) run in a thread
 of their own, off every request's path (see ``_Checkpointer``). Writes use their own
