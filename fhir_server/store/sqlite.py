@@ -67,7 +67,7 @@ from fhir_server.store.port import (
     StoreError,
     VersionConflict,
 )
-from fhir_server.store.sqlite_search import SQLiteSearch, plain_token
+from fhir_server.store.sqlite_search import SQLiteSearch, plain_token, system_matches
 
 log = logging.getLogger(__name__)
 
@@ -1029,11 +1029,10 @@ class _PendingIndex:
                 return None
             hits: set[int] = set()
             for c in clause.criteria:
-                any_system = c.system is None and not c.no_system
                 for param in clause.index_params:
-                    for rid, system in self.codes.get((resource_type, param, c.code), ()):
-                        if any_system or system == c.system:  # |code: both None
-                            hits.add(rid)
+                    hits.update(rid for rid, system
+                                in self.codes.get((resource_type, param, c.code), ())
+                                if system_matches(c, system))
             matched = hits if matched is None else matched & hits
         return {rid: self.rids[rid] for rid in matched or ()}
 

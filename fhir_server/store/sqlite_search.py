@@ -740,7 +740,7 @@ class SQLiteSearch:
                 clause, resource_type = p.clauses[0], p.resource_types[0]
                 hits = {resource_id for c in clause.criteria for param in clause.index_params
                         for resource_id, system in found.get((resource_type, param, c.code), ())
-                        if _system_matches(c, system)}
+                        if system_matches(c, system)}
                 answers[i] = sorted(hits)[:limit]
         return [answer if answer is not None else self.match_ids(plans[i], limit)
                 for i, answer in enumerate(answers)]
@@ -1043,8 +1043,10 @@ _TOKEN_TRIPLES = (
 _TRIPLES_PER_STATEMENT = 500
 
 
-def _system_matches(c: TokenCriterion, system: str | None) -> bool:
-    """What ``_token_cond`` asks of the system of a row with the criterion's code."""
+def system_matches(c: TokenCriterion, system: str | None) -> bool:
+    """What ``_token_cond`` asks of the system of a row with the criterion's code (for
+    conditions matched outside SQL: ``system|code``, ``code`` any system, ``|code``
+    none)."""
     if c.system is not None:
         return system == c.system
     return system is None if c.no_system else True
