@@ -766,21 +766,22 @@ class SQLiteStore:
         return _stored(row) if row else None
 
     # -- search ----------------------------------------------------------------------------
-    async def search(self, plan: SearchPlan) -> SearchPage:
+    @property
+    def searcher(self) -> SQLiteSearch:
+        """Searches on the read connection."""
         if self._search is None:
             raise RuntimeError("store is not open")
-        return self._search.search(plan)
+        return self._search
+
+    async def search(self, plan: SearchPlan) -> SearchPage:
+        return self.searcher.search(plan)
 
     async def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
-        if self._search is None:
-            raise RuntimeError("store is not open")
-        return self._search.match_ids(plan, limit)
+        return self.searcher.match_ids(plan, limit)
 
     async def match_ids_many(self, plans: Sequence[SearchPlan], limit: int
                              ) -> list[list[str]]:
-        if self._search is None:
-            raise RuntimeError("store is not open")
-        return self._search.match_ids_many(plans, limit)
+        return self.searcher.match_ids_many(plans, limit)
 
     def _fetch_rids(self, rids: Sequence[int], conn: sqlite3.Connection | None = None
                     ) -> list[tuple[int, StoredResource]]:
