@@ -1,0 +1,125 @@
+"""The SQLite store's group commit: units of work that reach commit together share one
+transaction, batches follow one another while units keep coming, a COMMIT that fails
+fails its own batch only, and maintenance writes get their turn under sustained load."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from fhir_server.search.extract import IndexExtractor
+from fhir_server.search.registry import builtin_registry
+from fhir_server.store import sqlite as sqlite_store
+
+EXTRACT = IndexExtractor(builtin_registry())
+
+
+def patient(i: int) -> dict:
+    return {"resourceType": "Patient", "id": f"p{i}", "name": [{"family": f"Family{i}"}],
+            "identifier": [{"system": "urn:example", "value": str(i)}]}
+
+
+async def create(store: sqlite_store.SQLiteStore, i: int, *, event: bool = False) -> None:
+    body = patient(i)
+    async with store.unit_of_work() as uow:
+        uow.create("Patient", body["id"], body, index=EXTRACT(body))
+        if event:
+            uow.emit("test.created", {"id": body["id"]}, source_service="tests")
+        await uow.commit()
+
+
+@pytest.fixture
+async def store(tmp_path):
+    store = sqlite_store.SQLiteStore(tmp_path / "store.db")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store):
+    batches: list[int] = []
+    begin = store._begin_batch
+
+    def counting(conn, batch):
+        batches.append(len(batch))
+        return begin(conn, batch)
+
+    store._begin_batch = counting
+
+    async def writer(n: int) -> None:  # eight clients, each writing as soon as answered
+        for i in range(n, 400, 8):
+            await create(store, i)
+
+    await asyncio.gather(*(writer(n) for n in range(8)))
+    assert sum(batches) == 400
+    assert len(batches) < 400  # grouped: several units share a commit
+    assert await store.read_current("Patient", "p399") is not None
+    page = await store.search(await _plan(store, "identifier", "urn:example|123"))
+    assert [s.id for s in page.resources] == ["p123"]
+
+
+async def _plan(store, name: str, value: str):
+    from fhir_server.search.plan import parse_search
+
+    return parse_search(builtin_registry(), ["Patient"], [(name, value)])
+
+
+async def test_a_failed_commit_fails_its_batch_only_and_the_store_goes_on(store, monkeypatch):
+    finish = sqlite_store._finish
+    failures = []
+
+    def failing_once(conn, bulk, checkpointer=None):
+        if not failures:
+            failures.append(True)
+            raise sqlite3.OperationalError("disk I/O error")
+        finish(conn, bulk, checkpointer)
+
+    monkeypatch.setattr(sqlite_store, "_finish", failing_once)
+    results = await asyncio.gather(*(create(store, i) for i in range(5)),
+                                   return_exceptions=True)
+    # the five reached commit in the same turn: one batch, one COMMIT, failed for all
+    assert all(isinstance(r, sqlite3.OperationalError) for r in results), results
+    assert all([await store.read_current("Patient", f"p{i}") is None for i in range(5)])
+    assert not store.writer_conn.in_transaction  # rolled back
+    await asyncio.gather(*(create(store, i) for i in range(5)))  # the store goes on
+    assert all([await store.read_current("Patient", f"p{i}") is not None for i in range(5)])
+
+
+async def test_a_maintenance_write_gets_its_turn_while_batches_keep_coming(store):
+    await create(store, 1_000_000, event=True)
+    [event] = await store.pending_events()
+    stop = asyncio.Event()
+    in_flight: set[asyncio.Task] = set()
+    written = 0
+    flowing = asyncio.Event()
+
+    async def one(i: int) -> None:
+        nonlocal written
+        await create(store, i)
+        written += 1
+        if written >= 100:  # batches are following one another now
+            flowing.set()
+
+    async def producer() -> None:  # units reach commit every turn of the loop
+        i = 0
+        while not stop.is_set():
+            if len(in_flight) < 1000:
+                task = asyncio.create_task(one(i))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                i += 1
+            await asyncio.sleep(0)
+
+    feeding = asyncio.create_task(producer())
+    try:
+        await asyncio.wait_for(flowing.wait(), timeout=30)
+        before = written
+        await asyncio.wait_for(store.mark_dispatched([event["id"]]), timeout=30)
+        assert written - before < 1000  # served between two batches, not after the load
+        assert await store.pending_events() == []
+    finally:
+        stop.set()
+        await feeding
+        await asyncio.gather(*in_flight)
