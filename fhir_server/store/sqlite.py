@@ -1187,8 +1187,8 @@ class _BatchChain:
                 self.done.set_result(None)
             return
         batch, store._pending = store._pending, []
-        conn = store.writer_conn
         try:
+            conn = store.writer_conn  # raises once the store is closed
             outcomes, bulk = store._begin_batch(conn, batch)
         except BaseException as exc:  # the transaction failed: everyone gets it
             store._fail(batch, exc)

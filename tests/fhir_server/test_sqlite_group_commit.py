@@ -123,3 +123,12 @@ async def test_a_maintenance_write_gets_its_turn_while_batches_keep_coming(store
         stop.set()
         await feeding
         await asyncio.gather(*in_flight)
+
+
+async def test_a_write_to_a_closed_store_fails_instead_of_waiting(tmp_path):
+    store = sqlite_store.SQLiteStore(tmp_path / "store.db")
+    await store.open()
+    await create(store, 1)
+    await store.close()
+    with pytest.raises(RuntimeError, match="not open"):
+        await asyncio.wait_for(create(store, 2), timeout=5)
