@@ -34,6 +34,7 @@ from platform_api.body_limit import BodyLimitMiddleware
 from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import EventBus
+from platform_api.housekeeping import Housekeeping
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.services import Services
 from platform_api.settings import Settings
@@ -137,6 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     auth = AuthService(settings, store, fhir=fhir)
     bus = EventBus(store)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus)
+    housekeeping = Housekeeping(store, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -145,10 +147,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await auth.start()
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
+        housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
+            await housekeeping.stop()
             if mllp is not None:
                 await mllp.close()
             await auth.stop()

@@ -151,6 +151,28 @@ def reindex() -> None:
     console.print(f"[green]Reindexed[/] {count} resources (search parameters {version})")
 
 
+@app.command()
+def purge() -> None:
+    """Delete the bookkeeping the platform no longer needs, now (the server also does it
+    every HEALTHPLATFORM_HOUSEKEEPING_INTERVAL_SECONDS): HL7v2 idempotency records and
+    dispatched events past their retention, expired tokens. Health data is kept."""
+    from fhir_server.store import store_from_url
+    from platform_api.housekeeping import Housekeeping
+
+    async def run() -> dict[str, int]:
+        settings = Settings()
+        store = store_from_url(settings.store_url)
+        await store.open()
+        try:
+            return await Housekeeping(store, settings).run_once()
+        finally:
+            await store.close()
+
+    purged = asyncio.run(run())
+    console.print("[green]Purged[/] " + ", ".join(f"{n} {kind.replace('_', ' ')}"
+                                                  for kind, n in purged.items()))
+
+
 hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
 app.add_typer(hl7, name="hl7")
 

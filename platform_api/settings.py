@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     access_log: bool = True
     max_body_bytes: int = 10 * 1024 * 1024
+    housekeeping_interval_seconds: float = Field(
+        default=3600.0, ge=0, description="Seconds between housekeeping passes; 0: never")
+    hl7_record_retention_days: float = Field(
+        default=90.0, gt=0, description="Days an HL7v2 idempotency record is kept")
+    event_retention_days: float = Field(
+        default=7.0, gt=0, description="Days a dispatched event is kept in the outbox")
     dlq_alert_depth: int = Field(default=10, description="/admin/dlq/depth alerts above this")
     dlq_alert_age_seconds: int = Field(default=900, description="... or when the oldest "
                                        "dead letter is older than this")

@@ -302,6 +302,17 @@ class ResourceStore(Protocol):
     async def count_documents(self, collection: str, where: Mapping[str, Any] | None = None
                               ) -> int: ...
 
+    async def purge_documents(self, collection: str, field: str, before: str, *,
+                              companions: Sequence[str] = ()) -> int:
+        """Delete the documents of ``collection`` whose ``field`` (an instant, as text in
+        the collection's own format) sorts before ``before``, and the documents with the
+        same ids in ``companions``; how many of ``collection`` went (housekeeping)."""
+        ...
+
     # --- outbox -----------------------------------------------------------------------
     async def pending_events(self, limit: int = 100) -> list[JSON]: ...
     async def mark_dispatched(self, event_ids: Sequence[str]) -> None: ...
+    async def purge_dispatched_events(self, before: str) -> int:
+        """Delete dispatched events stamped before ``before``; how many went. Events not
+        yet dispatched are never purged."""
+        ...

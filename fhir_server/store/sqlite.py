@@ -930,6 +930,53 @@ class SQLiteStore:
             .fetchone()[0]
         )
 
+    # -- housekeeping ----------------------------------------------------------------------
+    # Deletes go in chunks, each its own short write transaction in turn with the group
+    # commits: a purge of millions of rows never holds the write lock for long.
+    PURGE_CHUNK = 500
+
+    async def purge_documents(self, collection: str, field: str, before: str, *,
+                              companions: Sequence[str] = ()) -> int:
+        path = f"$.{_safe(field)}"
+        purged = 0
+        while True:
+            count = await self._write(
+                lambda conn: self._purge_documents(conn, collection, path, before, companions))
+            purged += count
+            if count < self.PURGE_CHUNK:
+                return purged
+
+    def _purge_documents(self, conn: sqlite3.Connection, collection: str, path: str,
+                         before: str, companions: Sequence[str]) -> int:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM documents WHERE collection = ? AND json_extract(body, ?) < ? "
+                "LIMIT ?", (collection, path, before, self.PURGE_CHUNK))]
+            if ids:
+                listed = orjson.dumps(ids).decode()
+                for name in (collection, *companions):
+                    for table, key in (("document_keys", "doc_id"), ("documents", "id")):
+                        conn.execute(
+                            f"DELETE FROM {table} WHERE collection = ? AND {key} IN "
+                            "(SELECT value FROM json_each(?))", (name, listed))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return len(ids)
+
+    async def purge_dispatched_events(self, before: str) -> int:
+        purged = 0
+        while True:
+            count = await self._write(lambda conn: conn.execute(
+                "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
+                "WHERE dispatched = 1 AND timestamp < ? LIMIT ?)",
+                (before, self.PURGE_CHUNK)).rowcount)
+            purged += count
+            if count < self.PURGE_CHUNK:
+                return purged
+
     # -- outbox ------------------------------------------------------------------------
     async def pending_events(self, limit: int = 100) -> list[JSON]:
         rows = self.conn.execute(

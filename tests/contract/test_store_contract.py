@@ -202,6 +202,42 @@ async def test_outbox_is_written_with_the_commit_and_drained(store):
     assert await store.pending_events() == []
 
 
+async def test_documents_are_purged_by_age_with_their_companions(store, monkeypatch):
+    monkeypatch.setattr(type(store), "PURGE_CHUNK", 2, raising=False)  # several chunks
+    async with store.unit_of_work() as uow:
+        for n in range(5):  # u0..u4 expire at 2026-01-0n; users has a unique field
+            uow.put_document("users", f"u{n}", {"id": f"u{n}", "email": f"{n}@example.org",
+                                                "expires_at": f"2026-01-0{n + 1}T00:00:00Z"})
+            uow.insert_document("users_uses", f"u{n}", {"id": f"u{n}"})
+        uow.put_document("users", "never", {"id": "never", "email": "x@example.org"})
+        uow.put_document("other", "u0", {"id": "u0", "expires_at": "2000-01-01T00:00:00Z"})
+        await uow.commit()
+    purged = await store.purge_documents("users", "expires_at", "2026-01-04T00:00:00Z",
+                                         companions=["users_uses"])
+    assert purged == 3
+    assert sorted(d["id"] for d in await store.find_documents("users")) == ["never", "u3", "u4"]
+    assert sorted(d["id"] for d in await store.find_documents("users_uses")) == ["u3", "u4"]
+    assert await store.get_document("other", "u0") is not None  # another collection
+    # the unique values of purged documents are free again
+    async with store.unit_of_work() as uow:
+        uow.put_document("users", "new", {"id": "new", "email": "0@example.org"})
+        await uow.commit()
+    assert await store.purge_documents("users", "expires_at", "2026-01-04T00:00:00Z") == 0
+
+
+async def test_only_dispatched_events_are_purged_by_age(store):
+    async with store.unit_of_work() as uow:
+        sent = uow.emit("platform.test", {"n": 1})
+        kept = uow.emit("platform.test", {"n": 2})
+        await uow.commit()
+    await store.mark_dispatched([sent])
+    assert await store.purge_dispatched_events("2000-01-01T00:00:00Z") == 0  # too recent
+    assert await store.purge_dispatched_events("9999-01-01T00:00:00Z") == 1
+    assert [e["id"] for e in await store.pending_events()] == [kept]  # never purged
+    await store.mark_dispatched([kept])
+    assert await store.purge_dispatched_events("9999-01-01T00:00:00Z") == 1
+
+
 async def test_list_current_resources_by_id_and_last_updated(store):
     a = await write(store, "create", "p1", patient("A"))
     await write(store, "create", "p2", patient("B"))

@@ -1,0 +1,131 @@
+"""Housekeeping: HL7v2 idempotency records, dispatched events and expired tokens go after
+their retention, on the server's schedule and with ``healthplatform purge``; health data
+and everything still in use stays."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+from typer.testing import CliRunner
+
+from fhir_server.store import SQLiteStore
+from hl7_gateway.gateway import MESSAGES
+from platform_api.app import create_app
+from platform_api.auth import refresh
+from platform_api.cli import app as cli
+from platform_api.housekeeping import DAY, Housekeeping
+from platform_api.services import services_of
+from tests.conftest import make_settings, register_and_login
+from tests.hl7_gateway.messages import oru
+
+HL7 = {"Content-Type": "x-application/hl7-v2+er7"}
+
+
+async def ingest(client: httpx.AsyncClient, headers: dict[str, str], message: bytes
+                 ) -> dict[str, Any]:
+    response = await client.post("/api/lab/hl7-ingest", content=message,
+                                 headers={**headers, **HL7})
+    assert response.status_code == 200, response.text
+    return response.json()["data"]  # type: ignore[no-any-return]
+
+
+async def dispatched(store: Any) -> int:
+    rows = store.conn.execute("SELECT count(*) FROM outbox WHERE dispatched = 1").fetchone()
+    return int(rows[0])
+
+
+async def test_records_events_and_tokens_go_after_their_retention(app, client, admin):
+    services = services_of(app.state)
+    store = services.store
+    user = await register_and_login(client)
+    login = await client.post("/api/auth/login", json={"email": user["user"]["email"],
+                                                       "password": "correct horse battery"})
+    refresh_token = login.json()["data"]["refresh_token"]
+    first = await ingest(client, admin["headers"], oru("KEEP-1"))
+    assert first["ack_code"] == "AA"
+    [report] = [r for r in first["resources"] if r.startswith("DiagnosticReport/")]
+    for _ in range(100):  # the bus delivers the lab result event
+        if await dispatched(store):
+            break
+        await asyncio.sleep(0.02)
+    assert await dispatched(store) > 0
+    housekeeping = Housekeeping(store, services.settings)
+    records = await store.count_documents(MESSAGES)
+    tokens = await store.count_documents(refresh.TOKENS)
+    assert records == 1 and tokens >= 2
+
+    # A day later nothing has reached its retention.
+    nothing = await housekeeping.run_once(time.time() + DAY / 2)
+    assert not any(nothing.values()), nothing
+    assert (await ingest(client, admin["headers"], oru("KEEP-1")))["duplicate"] is True
+
+    # Past the event retention (7 days) the dispatched events go, nothing else.
+    week = await housekeeping.run_once(time.time() + 8 * DAY)
+    assert week["events"] > 0 and week["hl7_records"] == 0 and week["refresh_tokens"] == 0
+    assert await dispatched(store) == 0
+
+    # Past the refresh tokens' lifetime (30 days) and a day's grace, they go with their
+    # single-use guards; the HL7 records are kept 90 days.
+    month = await housekeeping.run_once(time.time() + 32 * DAY)
+    assert month["refresh_tokens"] == tokens and month["hl7_records"] == 0
+    assert await store.count_documents(refresh.TOKENS) == 0
+    assert await store.count_documents(refresh.USES) == 0
+    gone = await client.post("/api/auth/refresh", json={"refresh_token": refresh_token})
+    assert gone.status_code == 401
+
+    # Past 90 days the idempotency record goes: the health data it described stays,
+    # and a resend of the message is processed afresh.
+    season = await housekeeping.run_once(time.time() + 91 * DAY)
+    assert season["hl7_records"] == 1
+    assert await store.count_documents(MESSAGES) == 0
+    assert await store.read_current(*report.split("/")) is not None
+    again = await ingest(client, admin["headers"], oru("KEEP-1"))
+    assert again["ack_code"] == "AA" and again["duplicate"] is False
+    assert await store.count_documents(MESSAGES) == 1
+    # the users themselves are never purged
+    me = await client.get("/api/auth/me", headers=user["headers"])
+    assert me.status_code == 200
+
+
+async def test_the_server_runs_housekeeping_on_its_interval(tmp_path):
+    settings = make_settings(tmp_path, housekeeping_interval_seconds=0.05,
+                             hl7_record_retention_days=1)
+    application = create_app(settings)
+    async with LifespanManager(application):
+        store = services_of(application.state).store
+        async with store.unit_of_work() as uow:  # a record received two days ago
+            uow.put_document(MESSAGES, "LAB|FAC|OLD", {
+                "id": "LAB|FAC|OLD", "received_at": "2000-01-01T00:00:00.000000Z"})
+            uow.put_document(MESSAGES, "LAB|FAC|NEW", {
+                "id": "LAB|FAC|NEW", "received_at": "2999-01-01T00:00:00.000000Z"})
+            await uow.commit()
+        for _ in range(200):
+            if await store.get_document(MESSAGES, "LAB|FAC|OLD") is None:
+                break
+            await asyncio.sleep(0.02)
+        assert await store.get_document(MESSAGES, "LAB|FAC|OLD") is None
+        assert await store.get_document(MESSAGES, "LAB|FAC|NEW") is not None
+
+
+def test_healthplatform_purge_runs_one_pass(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEALTHPLATFORM_DATA_DIR", str(tmp_path))
+
+    async def seed() -> None:
+        store = SQLiteStore(tmp_path / "healthplatform.db")
+        await store.open()
+        try:
+            async with store.unit_of_work() as uow:
+                uow.put_document(MESSAGES, "LAB|FAC|1", {
+                    "id": "LAB|FAC|1", "received_at": "2000-01-01T00:00:00.000000Z"})
+                await uow.commit()
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    result = CliRunner().invoke(cli, ["purge"])
+    assert result.exit_code == 0, result.output
+    assert "1 hl7 records" in result.output
