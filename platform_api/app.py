@@ -8,7 +8,7 @@ went: /fhir speaks OperationOutcome, everything else the /api envelope.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,12 +17,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
-from fhir_server.router import build_fhir_routes, openapi_paths
+from fhir_server.router import FhirDispatch, build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
@@ -130,6 +131,66 @@ def install_fhir_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+class FhirFastPath:
+    """The path of requests below ``/fhir/``: the platform's own middleware (request id
+    and access log, body limit, access control) around the FHIR dispatch, without
+    FastAPI's layers, which FHIR routes (plain Starlette endpoints, no dependencies, no
+    pydantic models) do not use. Errors are answered by the app's own exception handlers,
+    as Starlette's ExceptionMiddleware and ServerErrorMiddleware would."""
+
+    def __init__(self, app: FastAPI, dispatch: FhirDispatch,
+                 middleware: Sequence[tuple[type, dict[str, Any]]]):
+        self.app = app
+        handlers = dict(app.exception_handlers)
+        self._internal_error = handlers.pop(Exception, None) or handlers.pop(500, None)
+        self._handlers = {k: v for k, v in handlers.items() if isinstance(k, type)}
+        self._dispatch = dispatch
+        inner: ASGIApp = self._handled
+        for cls, options in reversed(middleware):
+            inner = cls(inner, **options)
+        self._inner = inner
+
+    async def _handled(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._dispatch.handle(scope, receive, send)
+        except Exception as exc:
+            handler = next((self._handlers[kind] for kind in type(exc).__mro__
+                            if kind in self._handlers), None)
+            if handler is None:
+                raise
+            response = await handler(Request(scope, receive), exc)
+            await response(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self.app
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self._inner(scope, receive, tracking)
+        except Exception as exc:
+            if started or self._internal_error is None:
+                raise
+            response = await self._internal_error(Request(scope, receive), exc)
+            await response(scope, receive, send)
+            raise  # as Starlette's ServerErrorMiddleware: the server logs it
+
+
+class PlatformApp(FastAPI):
+    fhir_fast_path: FhirFastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.fhir_fast_path
+        if fast is not None and scope["type"] == "http" and scope["path"].startswith("/fhir/"):
+            await fast(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
@@ -159,7 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await bus.stop()
             await store.close()
 
-    app = FastAPI(
+    app = PlatformApp(
         title="healthplatform",
         version="0.1.0",
         description="FHIR R4 server with /api facades. FHIR endpoints speak FHIR; /api "
@@ -184,8 +245,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
-    # Outermost last: request id → body size (413) → access table (401/403/429) → routes.
-    app.add_middleware(AccessMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestContextMiddleware, access_log=settings.access_log)
+    # Outermost first: request id → body size (413) → access table (401/403/429) → routes.
+    middleware: list[tuple[type, dict[str, Any]]] = [
+        (RequestContextMiddleware, {"access_log": settings.access_log}),
+        (BodyLimitMiddleware, {"max_bytes": settings.max_body_bytes}),
+        (AccessMiddleware, {}),
+    ]
+    for cls, options in reversed(middleware):  # each added one wraps the ones before
+        app.add_middleware(cls, **options)
+    app.fhir_fast_path = FhirFastPath(
+        app, next(r for r in fhir_routes if isinstance(r, FhirDispatch)), middleware)
     return app

@@ -53,3 +53,41 @@ async def test_openapi_lists_routes_with_models(client):
     post = spec["paths"]["/api/patients"]["post"]
     assert "requestBody" in post and "201" in post["responses"]
     assert "PatientCreate" in spec["components"]["schemas"]
+
+
+async def test_fhir_errors_are_operation_outcomes_on_the_fhir_path(tmp_path, monkeypatch,
+                                                                   caplog):
+    """/fhir/* skips FastAPI's layers (platform_api.app.FhirFastPath): its errors are
+    still answered by the app's handlers, an unexpected one as a 500 that leaks nothing
+    and is logged with its traceback."""
+    from fhir_server.service import FhirService
+    from tests.conftest import register_and_login
+
+    app = create_app(make_settings(tmp_path))
+    async with LifespanManager(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            anonymous = await client.get("/fhir/Patient/p1")
+            assert anonymous.status_code == 401
+            assert anonymous.json()["issue"][0]["code"] == "login"
+            user = await register_and_login(client)
+            headers = {**user["headers"], "X-Request-ID": "fhir-boom-1"}
+            unknown = await client.get("/fhir/Patient/p1/_history/1/more", headers=headers)
+            assert unknown.status_code == 404
+            assert unknown.json()["resourceType"] == "OperationOutcome"
+            wrong = await client.post("/fhir/Patient/p1", headers=headers, json={})
+            assert wrong.status_code == 405 and "PUT" in wrong.headers["allow"]
+
+            async def broken(*args, **kwargs):
+                raise RuntimeError("secret database password is hunter2")
+
+            monkeypatch.setattr(FhirService, "read", broken)
+            monkeypatch.setattr(FhirService, "read_json", broken)
+            with caplog.at_level("ERROR"):
+                response = await client.get("/fhir/Patient/p1", headers=headers)
+    assert response.status_code == 500
+    assert response.json()["resourceType"] == "OperationOutcome"
+    assert response.json()["issue"][0]["code"] == "exception"
+    assert "hunter2" not in response.text
+    assert any("hunter2" in (r.exc_text or "") or (r.exc_info and "hunter2" in
+               str(r.exc_info[1])) for r in caplog.records)
