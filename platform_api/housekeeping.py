@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from fhir_server.search.dates import fmt
 from fhir_server.store import ResourceStore
 from hl7_gateway.gateway import MESSAGES
 from platform_api.auth import mfa, one_time, refresh
@@ -39,9 +40,10 @@ DAY = 24 * 3600.0
 EXPIRY_GRACE = DAY  # an expired token still answers "expired" for a day, then goes
 
 
-def _hl7_instant(epoch: float) -> str:
-    """The format of ``hl7_messages.received_at`` (see hl7_gateway.gateway._record_of)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _instant(epoch: float) -> str:
+    """The store's sortable instant text, as in ``hl7_messages.received_at`` and the
+    outbox's timestamps."""
+    return fmt(datetime.fromtimestamp(epoch, UTC))
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Housekeeping:
         self.store, self.settings = store, settings
         self.rules = [
             Rule("hl7_records", MESSAGES, "received_at",
-                 settings.hl7_record_retention_days * DAY, stamp=_hl7_instant),
+                 settings.hl7_record_retention_days * DAY, stamp=_instant),
             Rule("refresh_tokens", refresh.TOKENS, "expires_at", EXPIRY_GRACE,
                  companions=(refresh.USES,)),
             Rule("mfa_challenges", mfa.CHALLENGES, "expires_at", EXPIRY_GRACE,
@@ -81,9 +83,8 @@ class Housekeeping:
             purged[rule.name] = await self.store.purge_documents(
                 rule.collection, rule.field, rule.stamp(now - rule.age),
                 companions=rule.companions)
-        # outbox timestamps are FHIR instants, the format of hl7 records
         purged["events"] = await self.store.purge_dispatched_events(
-            _hl7_instant(now - self.settings.event_retention_days * DAY))
+            _instant(now - self.settings.event_retention_days * DAY))
         return purged
 
     def start(self) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
 from asgi_lifespan import LifespanManager
 from typer.testing import CliRunner
 
@@ -21,16 +20,7 @@ from platform_api.housekeeping import DAY, Housekeeping
 from platform_api.services import services_of
 from tests.conftest import make_settings, register_and_login
 from tests.hl7_gateway.messages import oru
-
-HL7 = {"Content-Type": "x-application/hl7-v2+er7"}
-
-
-async def ingest(client: httpx.AsyncClient, headers: dict[str, str], message: bytes
-                 ) -> dict[str, Any]:
-    response = await client.post("/api/lab/hl7-ingest", content=message,
-                                 headers={**headers, **HL7})
-    assert response.status_code == 200, response.text
-    return response.json()["data"]  # type: ignore[no-any-return]
+from tests.platform_api.test_labs import ingest
 
 
 async def dispatched(store: Any) -> int:
