@@ -8,7 +8,7 @@ went: /fhir speaks OperationOutcome, everything else the /api envelope.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -132,36 +132,42 @@ def install_fhir_openapi(app: FastAPI) -> None:
 
 
 class FhirFastPath:
-    """The path of requests below ``/fhir/``: the platform's own middleware (request id
-    and access log, body limit, access control) around the FHIR dispatch, without
-    FastAPI's layers, which FHIR routes (plain Starlette endpoints, no dependencies, no
-    pydantic models) do not use. Errors are answered by the app's own exception handlers,
-    as Starlette's ExceptionMiddleware and ServerErrorMiddleware would."""
+    """The path of requests below ``/fhir/``: the app's own middleware (request id and
+    access log, body limit, access control: ``app.user_middleware``, built on the first
+    request as Starlette builds its stack) around the FHIR dispatch, without FastAPI's
+    layers, which FHIR routes (plain Starlette endpoints, no dependencies, no pydantic
+    models) do not use. Errors are answered by the app's exception handlers, as
+    Starlette's ExceptionMiddleware and ServerErrorMiddleware would. Measured: ~20 µs
+    less per request (a FHIR read in-process, 77-106 → 57-76 µs)."""
 
-    def __init__(self, app: FastAPI, dispatch: FhirDispatch,
-                 middleware: Sequence[tuple[type, dict[str, Any]]]):
-        self.app = app
-        handlers = dict(app.exception_handlers)
-        self._internal_error = handlers.pop(Exception, None) or handlers.pop(500, None)
-        self._handlers = {k: v for k, v in handlers.items() if isinstance(k, type)}
-        self._dispatch = dispatch
+    def __init__(self, app: FastAPI, dispatch: FhirDispatch):
+        self.app, self._dispatch = app, dispatch
+        self._inner: ASGIApp | None = None
+
+    def _build(self) -> ASGIApp:
         inner: ASGIApp = self._handled
-        for cls, options in reversed(middleware):
-            inner = cls(inner, **options)
-        self._inner = inner
+        for cls, args, kwargs in reversed(self.app.user_middleware):
+            inner = cls(inner, *args, **kwargs)
+        return inner
+
+    def _handler(self, exc: Exception) -> Any:
+        handlers = self.app.exception_handlers
+        return next((handlers[kind] for kind in type(exc).__mro__
+                     if kind in handlers and kind is not Exception), None)
 
     async def _handled(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self._dispatch.handle(scope, receive, send)
         except Exception as exc:
-            handler = next((self._handlers[kind] for kind in type(exc).__mro__
-                            if kind in self._handlers), None)
+            handler = self._handler(exc)
             if handler is None:
                 raise
             response = await handler(Request(scope, receive), exc)
             await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._inner is None:
+            self._inner = self._build()
         scope["app"] = self.app
         started = False
 
@@ -173,9 +179,11 @@ class FhirFastPath:
         try:
             await self._inner(scope, receive, tracking)
         except Exception as exc:
-            if started or self._internal_error is None:
+            handlers = self.app.exception_handlers
+            internal_error: Any = handlers.get(Exception) or handlers.get(500)
+            if started or internal_error is None:
                 raise
-            response = await self._internal_error(Request(scope, receive), exc)
+            response = await internal_error(Request(scope, receive), exc)
             await response(scope, receive, send)
             raise  # as Starlette's ServerErrorMiddleware: the server logs it
 
@@ -245,14 +253,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
-    # Outermost first: request id → body size (413) → access table (401/403/429) → routes.
-    middleware: list[tuple[type, dict[str, Any]]] = [
-        (RequestContextMiddleware, {"access_log": settings.access_log}),
-        (BodyLimitMiddleware, {"max_bytes": settings.max_body_bytes}),
-        (AccessMiddleware, {}),
-    ]
-    for cls, options in reversed(middleware):  # each added one wraps the ones before
-        app.add_middleware(cls, **options)
+    # Outermost last: request id → body size (413) → access table (401/403/429) → routes.
+    app.add_middleware(AccessMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, access_log=settings.access_log)
     app.fhir_fast_path = FhirFastPath(
-        app, next(r for r in fhir_routes if isinstance(r, FhirDispatch)), middleware)
+        app, next(r for r in fhir_routes if isinstance(r, FhirDispatch)))
     return app
