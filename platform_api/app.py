@@ -132,13 +132,13 @@ def install_fhir_openapi(app: FastAPI) -> None:
 
 
 class FhirFastPath:
-    """The path of requests below ``/fhir/``: the app's own middleware (request id and
-    access log, body limit, access control: ``app.user_middleware``, built on the first
-    request as Starlette builds its stack) around the FHIR dispatch, without FastAPI's
-    layers, which FHIR routes (plain Starlette endpoints, no dependencies, no pydantic
-    models) do not use. Errors are answered by the app's exception handlers, as
-    Starlette's ExceptionMiddleware and ServerErrorMiddleware would. Measured: ~20 µs
-    less per request (a FHIR read in-process, 77-106 → 57-76 µs)."""
+    """The path of requests below ``/fhir/``: the app's own middleware (body limit and
+    access control: ``app.user_middleware``, built on the first request as Starlette
+    builds its stack) around the FHIR dispatch, without FastAPI's layers, which FHIR
+    routes (plain Starlette endpoints, no dependencies, no pydantic models) do not use.
+    Errors are answered by the app's exception handlers, as Starlette's
+    ExceptionMiddleware and ServerErrorMiddleware would. Measured: ~20 µs less per
+    request (a FHIR read in-process, 77-106 → 57-76 µs)."""
 
     def __init__(self, app: FastAPI, dispatch: FhirDispatch):
         self.app, self._dispatch = app, dispatch
@@ -189,14 +189,25 @@ class FhirFastPath:
 
 
 class PlatformApp(FastAPI):
+    """FastAPI with the request context outermost, outside Starlette's server-error
+    middleware (so that a 500 carries its ``X-Request-ID`` too, and the error handler's
+    log line its request id), and /fhir/* on the :class:`FhirFastPath`."""
+
     fhir_fast_path: FhirFastPath | None = None
+    request_context: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.request_context is not None:
+            await self.request_context(scope, receive, send)
+        else:
+            await self.route(scope, receive, send)
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         fast = self.fhir_fast_path
         if fast is not None and scope["type"] == "http" and scope["path"].startswith("/fhir/"):
             await fast(scope, receive, send)
             return
-        await super().__call__(scope, receive, send)
+        await FastAPI.__call__(self, scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -253,10 +264,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
-    # Outermost last: request id → body size (413) → access table (401/403/429) → routes.
+    # Outermost last: request id (around everything, see PlatformApp) → body size (413)
+    # → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestContextMiddleware, access_log=settings.access_log)
+    app.request_context = RequestContextMiddleware(app.route, access_log=settings.access_log)
     app.fhir_fast_path = FhirFastPath(
         app, next(r for r in fhir_routes if isinstance(r, FhirDispatch)))
     return app

@@ -34,8 +34,9 @@ async def test_internal_error_leaks_no_stack_trace(tmp_path):
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            response = await client.get("/api/boom")
+            response = await client.get("/api/boom", headers={"X-Request-ID": "api-boom-1"})
     assert response.status_code == 500
+    assert response.headers["x-request-id"] == "api-boom-1"  # to quote when reporting it
     assert response.json() == {"success": False, "error": {
         "code": "INTERNAL_ERROR", "message": "An internal error occurred"}}
     assert "hunter2" not in response.text
@@ -89,5 +90,6 @@ async def test_fhir_errors_are_operation_outcomes_on_the_fhir_path(tmp_path, mon
     assert response.json()["resourceType"] == "OperationOutcome"
     assert response.json()["issue"][0]["code"] == "exception"
     assert "hunter2" not in response.text
+    assert response.headers["x-request-id"] == "fhir-boom-1"
     assert any("hunter2" in (r.exc_text or "") or (r.exc_info and "hunter2" in
                str(r.exc_info[1])) for r in caplog.records)
