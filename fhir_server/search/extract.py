@@ -32,6 +32,8 @@ from typing import Any
 
 from fhir_server.search.dates import date_range
 from fhir_server.search.fhirpath import split_union
+from fhir_server.search.phonetic import PARAM as PHONETIC
+from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.registry import (
     FULL_TEXT,
     RESOURCE_COLUMNS,
@@ -74,6 +76,15 @@ def _string(code: str, values: list[Any], rows: Rows) -> None:
     for value in values:
         for text in _strings(value):
             out.append((code, normalize(text), text))
+
+
+def _phonetic(code: str, values: list[Any], rows: Rows) -> None:
+    """A ``phonetic`` parameter's rows: the code of each name part, not its text."""
+    out = rows.setdefault("string", [])
+    for value in values:
+        for text in _strings(value):
+            if sound := phonetic_code(text):
+                out.append((code, sound, text))
 
 
 def _tokens(value: Any) -> list[tuple[str | None, str | None, str | None]]:
@@ -380,8 +391,10 @@ class IndexExtractor:
                 continue
             evaluate = self.registry.evaluator(resource_type, param.expression)
             if evaluate is not None:
+                convert = (_phonetic if param.code == PHONETIC and param.type == "string"
+                           else _CONVERTERS[param.type])
                 steps.append((self.registry.gates(param.expression),
-                              _step(param.code, evaluate, _CONVERTERS[param.type])))
+                              _step(param.code, evaluate, convert)))
         return steps
 
     def _composite_gates(self, resource_type: str, param: SearchParam) -> frozenset[str] | None:

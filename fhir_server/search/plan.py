@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 
 from fhir_server.search.dates import date_range, split_prefix
+from fhir_server.search.phonetic import PARAM as PHONETIC
+from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.registry import SearchParam, SearchRegistry
 from fhir_server.search.units import UCUM, canonical_span
 from fhir_server.search.values import normalize, number_range, parse_reference
@@ -56,8 +58,8 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class StringCriterion:
-    value: str  # normalized for prefix/contains, as given for exact
-    mode: str = "prefix"  # prefix | exact | contains
+    value: str  # normalized for prefix/contains, as given for exact, a code for phonetic
+    mode: str = "prefix"  # prefix | exact | contains | phonetic
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +451,8 @@ def _criterion(ctx: _Context, param: SearchParam, modifier: str | None, raw: str
     kind = _clause_type(param)
     try:
         if kind in ("string",):
+            if param.code == PHONETIC:
+                return _phonetic(raw)
             return _string(raw, modifier)
         if kind in ("token", "id"):
             return _token(raw, modifier)
@@ -476,6 +480,14 @@ def _string(raw: str, modifier: str | None) -> StringCriterion:
     if modifier == "exact":
         return StringCriterion(value, "exact")
     return StringCriterion(normalize(value), "contains" if modifier == "contains" else "prefix")
+
+
+def _phonetic(raw: str) -> StringCriterion:
+    """A name that sounds like the value (see :mod:`fhir_server.search.phonetic`)."""
+    code = phonetic_code(unescape(raw))
+    if not code:
+        raise ValueError("a phonetic search needs a name with letters")
+    return StringCriterion(code, "phonetic")
 
 
 def _token(raw: str, modifier: str | None) -> TokenCriterion:

@@ -48,6 +48,8 @@ from typing import Any
 
 import orjson
 
+from fhir_server.search.phonetic import PARAM as PHONETIC
+from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.plan import SearchPlan
 from fhir_server.store.port import (
     JSON,
@@ -98,9 +100,11 @@ _LOOKUPS: dict[str, list[str]] = {
     "uri": ["type, param, value, rid"],
     "composite": ["type, param, code, lo"],  # quantity/number values are points: lo = hi
 }
-# Bumped when the index tables change shape: open() then rebuilds them empty and asks for
-# ``healthplatform reindex``.
-INDEX_SCHEMA_VERSION = 2
+# Bumped when the index tables change: a store older than _REBUILT_BELOW gets them rebuilt
+# empty and is asked for ``healthplatform reindex``; a newer one is migrated in place by
+# the steps of _MIGRATIONS (version → the change to the next).
+INDEX_SCHEMA_VERSION = 3
+_REBUILT_BELOW = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
@@ -176,10 +180,37 @@ def _index_schema() -> str:
     return "\n".join(statements)
 
 
+def _recode_phonetic(conn: sqlite3.Connection) -> None:
+    """2 → 3: ``phonetic`` rows hold the Metaphone code of the name part (their text is
+    in ``exact``), no longer the name itself."""
+    rows = conn.execute(
+        "SELECT rowid, exact FROM idx_string WHERE param = ?", (PHONETIC,)).fetchall()
+    codes = [(phonetic_code(exact or ""), rowid) for rowid, exact in rows]
+    conn.executemany("UPDATE idx_string SET value = ? WHERE rowid = ?",
+                     [(code, rowid) for code, rowid in codes if code])
+    conn.executemany("DELETE FROM idx_string WHERE rowid = ?",
+                     [(rowid,) for code, rowid in codes if not code])
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _recode_phonetic}
+
+
 def _upgrade_index_schema(conn: sqlite3.Connection) -> bool:
-    """Drop index tables of an older shape; True when the store now needs a reindex."""
+    """Bring the index tables to INDEX_SCHEMA_VERSION: migrate them in place, or drop
+    those of an older shape; True when the store now needs a reindex."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version >= INDEX_SCHEMA_VERSION:
+        return False
+    if version >= _REBUILT_BELOW:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for step in range(version, INDEX_SCHEMA_VERSION):
+                _MIGRATIONS[step](conn)
+            conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
         return False
     tables = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'idx_%'")]

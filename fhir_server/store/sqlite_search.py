@@ -130,6 +130,8 @@ def _string_cond(c: StringCriterion, col: str = "x.value", exact: str = "x.exact
         return f"{exact} = ?", [c.value]
     if c.mode == "contains":
         return f"instr({col}, ?) > 0", [c.value]
+    if c.mode == "phonetic":  # the stored value is the name part's code
+        return f"{col} = ?", [c.value]
     return f"{col} >= ? AND {col} < ?", [c.value, c.value + _TOP]
 
 
