@@ -7,7 +7,8 @@ Health data (FHIR resources and their versions) is never touched here. What goes
 - events the bus dispatched, older than ``event_retention_days`` (events not yet
   dispatched, and the dead letters, stay until handled);
 - refresh tokens, MFA challenges and one-time tokens (password reset, e-mail
-  verification) a day after they expired, with their single-use guards.
+  verification) a day after they expired, with their single-use guards, and the record of
+  each TOTP code used (a replay guard needed only while the code is valid) a day after.
 
 Without it every message, login and event left a row behind for ever: a lab sending 50
 messages a second adds four million idempotency records a day. The pass runs every
@@ -70,6 +71,8 @@ class Housekeeping:
                  companions=(refresh.USES,)),
             Rule("mfa_challenges", mfa.CHALLENGES, "expires_at", EXPIRY_GRACE,
                  companions=(mfa.CHALLENGES + "_uses",)),
+            # a used TOTP step only guards against a replay while the code is valid (90 s)
+            Rule("mfa_used_steps", mfa.USED_STEPS, "used_at", EXPIRY_GRACE),
             Rule("one_time_tokens", one_time.TOKENS, "expires_at", EXPIRY_GRACE,
                  companions=(one_time.USES,)),
         ]

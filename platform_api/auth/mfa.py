@@ -193,7 +193,8 @@ class MfaService:
 
     def _stage_step(self, uow: UnitOfWork, user_id: str, timecode: int) -> None:
         step_id = f"{user_id}:{timecode}"
-        uow.insert_document(USED_STEPS, step_id, {"id": step_id, "user_id": user_id})
+        uow.insert_document(USED_STEPS, step_id, {"id": step_id, "user_id": user_id,
+                                                  "used_at": rfc3339(time.time())})
 
     async def _active_factor(self, user_id: str) -> dict[str, Any]:
         factor = await self.factor(user_id)

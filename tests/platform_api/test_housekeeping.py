@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from fhir_server.store import SQLiteStore
 from hl7_gateway.gateway import MESSAGES
 from platform_api.app import create_app
-from platform_api.auth import refresh
+from platform_api.auth import mfa, refresh
+from platform_api.auth.tokens import rfc3339
 from platform_api.cli import app as cli
 from platform_api.housekeeping import DAY, Housekeeping
 from platform_api.services import services_of
@@ -119,3 +120,17 @@ def test_healthplatform_purge_runs_one_pass(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["purge"])
     assert result.exit_code == 0, result.output
     assert "1 hl7 records" in result.output
+
+
+async def test_used_totp_steps_go_a_day_after_use(app):
+    services = services_of(app.state)
+    store = services.store
+    now = time.time()
+    async with store.unit_of_work() as uow:
+        for step, used in (("u1:100", now - 2 * DAY), ("u1:200", now - 60)):
+            uow.insert_document(mfa.USED_STEPS, step, {"id": step, "user_id": "u1",
+                                                       "used_at": rfc3339(used)})
+        await uow.commit()
+    purged = await Housekeeping(store, services.settings).run_once(now)
+    assert purged["mfa_used_steps"] == 1
+    assert [d["id"] for d in await store.find_documents(mfa.USED_STEPS)] == ["u1:200"]
