@@ -13,6 +13,7 @@ stores the code of each name part (the string index's ``value``, the text as wri
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import jellyfish
 
@@ -22,6 +23,7 @@ PARAM = "phonetic"  # the code of every such parameter in R4
 _WORD = re.compile(r"[^\W\d_]+")  # letters only: digits and punctuation have no sound
 
 
+@lru_cache(maxsize=65536)  # names repeat: a population has far fewer than its people
 def phonetic_code(text: str) -> str:
     """The code of a name (part); empty when it has no letters."""
     return " ".join(code for word in _WORD.findall(normalize(text))
