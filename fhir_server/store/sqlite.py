@@ -578,6 +578,8 @@ class SQLiteStore:
                     except asyncio.CancelledError:
                         chain.stopping = True
                         raise
+                    except Exception:  # a fault of the chain itself, not of a unit
+                        log.exception("group commit failed; going on with what is pending")
         finally:
             self._flushing = False
 
@@ -1272,7 +1274,19 @@ class _BatchChain:
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.stopping = False
-        self._next()
+        self._step(self._next)
+
+    def _step(self, step: Callable[..., None], *args: Any) -> None:
+        """Run one step of the chain on the loop. An unexpected failure ends the chain
+        (the flusher logs it and goes on with what is pending) instead of leaving the
+        write gate held by a chain that no callback will continue."""
+        try:
+            step(*args)
+        except BaseException as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
 
     def _next(self) -> None:
         store = self.store
@@ -1289,10 +1303,11 @@ class _BatchChain:
             if not isinstance(exc, Exception):
                 self.done.set_exception(exc)
                 return
-            self.loop.call_soon(self._next)  # a turn of the loop, not a deep recursion
+            self.loop.call_soon(self._step, self._next)  # a turn, not a deep recursion
             return
         if store._writer is None:  # in-memory store: no writer thread
-            self.loop.call_soon(self._done, batch, outcomes, self._finish(conn, bulk))
+            self.loop.call_soon(self._step, self._done, batch, outcomes,
+                                self._finish(conn, bulk))
             return
         try:
             store._writer.submit(self._commit_in_writer, conn, bulk, batch, outcomes)
@@ -1313,7 +1328,7 @@ class _BatchChain:
                           batch: Sequence[_Submitted], outcomes: list[BaseException | None]
                           ) -> None:
         error = self._finish(conn, bulk)
-        self.loop.call_soon_threadsafe(self._done, batch, outcomes, error)
+        self.loop.call_soon_threadsafe(self._step, self._done, batch, outcomes, error)
 
     def _done(self, batch: Sequence[_Submitted], outcomes: list[BaseException | None],
               error: BaseException | None) -> None:
@@ -1325,7 +1340,13 @@ class _BatchChain:
                 self.done.set_exception(error)
                 return
         else:
-            store._settle(batch, outcomes)
+            try:
+                store._settle(batch, outcomes)
+            except BaseException as exc:  # committed: only those not yet answered get it
+                for unit in batch:
+                    if not unit.future.done():
+                        unit.future.set_exception(exc)
+                raise
         # The batch is answered; a WAL top-up now delays only the next one, whose units
         # are still being staged meanwhile.
         checkpointer = store._checkpointer
@@ -1342,7 +1363,7 @@ class _BatchChain:
         try:
             checkpointer.top_up(conn)
         finally:
-            self.loop.call_soon_threadsafe(self._next)
+            self.loop.call_soon_threadsafe(self._step, self._next)
 
 
 class _Checkpointer:

@@ -132,3 +132,26 @@ async def test_a_write_to_a_closed_store_fails_instead_of_waiting(tmp_path):
     await store.close()
     with pytest.raises(RuntimeError, match="not open"):
         await asyncio.wait_for(create(store, 2), timeout=5)
+
+
+async def test_a_fault_of_the_chain_itself_does_not_hold_the_write_gate(store, caplog):
+    settle = store._settle
+    faults = []
+
+    def faulty(batch, outcomes):
+        if not faults:
+            faults.append(True)
+            raise RuntimeError("bug while answering a batch")
+        settle(batch, outcomes)
+
+    store._settle = faulty
+    with caplog.at_level("ERROR"):
+        first = await asyncio.gather(*(create(store, i) for i in range(3)),
+                                     return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in first), first  # answered, not left
+    assert "group commit failed" in caplog.text
+    # the writes after it commit: the chain ended and the gate was released
+    await asyncio.wait_for(asyncio.gather(*(create(store, i) for i in range(10, 13))),
+                           timeout=5)
+    assert await store.read_current("Patient", "p12") is not None
+    await asyncio.wait_for(store.mark_dispatched([]), timeout=5)  # a maintenance write too
