@@ -183,6 +183,8 @@ def _index_schema() -> str:
 def _recode_phonetic(conn: sqlite3.Connection) -> None:
     """2 → 3: ``phonetic`` rows hold the Metaphone code of the name part (their text is
     in ``exact``), no longer the name itself."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'idx_string'").fetchone() is None:
+        return  # no index tables yet: open() makes them
     rows = conn.execute(
         "SELECT rowid, exact FROM idx_string WHERE param = ?", (PHONETIC,)).fetchall()
     codes = [(phonetic_code(exact or ""), rowid) for rowid, exact in rows]
