@@ -989,11 +989,15 @@ class SQLiteStore:
             self._purge_indexes.add(index)
         select = (f"SELECT id FROM documents INDEXED BY {index} WHERE collection = "
                   f"'{collection}' AND {expression} < ? LIMIT {self.PURGE_CHUNK}")
+        return await self._purge_in_chunks(
+            lambda conn: self._purge_documents(conn, select, before, collection, companions))
+
+    async def _purge_in_chunks(self, chunk: Callable[[sqlite3.Connection], int]) -> int:
+        """Run ``chunk`` (deleting at most PURGE_CHUNK rows, returning how many) as
+        maintenance writes in the writer thread until one deletes fewer; the total."""
         purged = 0
         while True:
-            count = await self._write(
-                lambda conn: self._purge_documents(conn, select, before, collection,
-                                                   companions), in_writer=True)
+            count = await self._write(chunk, in_writer=True)
             purged += count
             if count < self.PURGE_CHUNK:
                 return purged
@@ -1018,15 +1022,10 @@ class SQLiteStore:
         return len(ids)
 
     async def purge_dispatched_events(self, before: str) -> int:
-        purged = 0
-        while True:
-            count = await self._write(lambda conn: conn.execute(
-                "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
-                "WHERE dispatched = 1 AND timestamp < ? LIMIT ?)",
-                (before, self.PURGE_CHUNK)).rowcount, in_writer=True)
-            purged += count
-            if count < self.PURGE_CHUNK:
-                return purged
+        return await self._purge_in_chunks(lambda conn: conn.execute(
+            "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
+            "WHERE dispatched = 1 AND timestamp < ? LIMIT ?)",
+            (before, self.PURGE_CHUNK)).rowcount)
 
     # -- outbox ------------------------------------------------------------------------
     async def pending_events(self, limit: int = 100) -> list[JSON]:
