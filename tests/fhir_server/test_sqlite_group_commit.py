@@ -60,6 +60,22 @@ async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store
     assert [s.id for s in page.resources] == ["p123"]
 
 
+async def test_many_writers_at_once_commit_in_groups_of_at_most_max_batch(store):
+    batches: list[int] = []
+    begin = store._begin_batch
+
+    def counting(conn, batch):
+        batches.append(len(batch))
+        return begin(conn, batch)
+
+    store._begin_batch = counting
+    count = 3 * sqlite_store.MAX_BATCH + 5
+    await asyncio.gather(*(create(store, i) for i in range(count)))  # all in one turn
+    assert batches == [sqlite_store.MAX_BATCH] * 3 + [5]
+    assert all([await store.read_current("Patient", f"p{i}") is not None
+                for i in range(count)])
+
+
 async def _plan(store, name: str, value: str):
     from fhir_server.search.plan import parse_search
 
