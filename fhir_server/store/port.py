@@ -169,6 +169,9 @@ class StagedWrite:
     result: StoredResource | None = None
     # Set by the commit when a conditional create found its match instead of creating.
     existing: bool = False
+    # Set by the commit when an update carried the current content: no version was
+    # written, ``result`` is the current one.
+    unchanged: bool = False
 
 
 class Staging(Protocol):

@@ -115,6 +115,7 @@ CREATE TABLE IF NOT EXISTS resources (
     last_updated TEXT NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0,
     index_digest BLOB,  -- see _digest: which index tables an update must rewrite
+    content_digest BLOB,  -- see _content_digest: an update that changes nothing is no version
     UNIQUE (type, id)
 );
 CREATE INDEX IF NOT EXISTS resources_type_updated ON resources (type, last_updated);
@@ -354,8 +355,9 @@ class SQLiteStore:
         await _switch_to_wal(conn)
         conn.executescript(_SCHEMA)
         columns = {r[1] for r in conn.execute("PRAGMA table_info(resources)")}
-        if "index_digest" not in columns:  # a store made before digests
-            conn.execute("ALTER TABLE resources ADD COLUMN index_digest BLOB")
+        for column in ("index_digest", "content_digest"):  # a store made before digests
+            if column not in columns:
+                conn.execute(f"ALTER TABLE resources ADD COLUMN {column} BLOB")
         self.needs_reindex = _upgrade_index_schema(conn)
         if self.needs_reindex:
             log.warning("search index tables were rebuilt for a new schema: run "
@@ -737,15 +739,18 @@ class SQLiteStore:
         if w.op == "create" and w.must_not_exist:
             return self._insert_new(conn, w, instant, index_rows)
         row = conn.execute(
-            "SELECT rid, version, deleted, index_digest FROM resources WHERE type = ? AND id = ?",
+            "SELECT rid, version, deleted, index_digest, content_digest FROM resources "
+            "WHERE type = ? AND id = ?",
             (w.resource_type, w.id),
         ).fetchone()
-        rid, current, deleted, old_digest = row if row else (None, None, True, None)
+        rid, current, deleted, old_digest, old_content = \
+            row if row else (None, None, True, None, None)
         if w.must_not_exist and row is not None:
             raise ResourceExists(w.resource_type, w.id)
         if w.if_match is not None and (current != w.if_match or (deleted and w.op != "delete")):
             raise VersionConflict(w.resource_type, w.id, w.if_match, None if deleted else current)
         version = (current or 0) + 1
+        content = None
         if w.op == "delete":
             if row is None or deleted:
                 # Deleting what is absent or already deleted changes nothing (FHIR: 200/204).
@@ -753,6 +758,15 @@ class SQLiteStore:
                                       "DELETE")
             body = b""
         else:
+            content = _content_digest(w)
+            if old_content is not None and content == old_content and not deleted:
+                # The update carries the current content: no new version (as HAPI FHIR and
+                # Microsoft's FHIR server do), so a feed that resends the same record (every
+                # lab result repeats the patient's PID) does not fill the history.
+                unchanged = self._current(conn, w.resource_type, w.id)
+                if unchanged is not None:
+                    w.unchanged = True
+                    return unchanged
             body = _versioned_body(w, version, instant)
         is_deleted = 1 if w.op == "delete" else 0
         conn.execute(
@@ -762,9 +776,9 @@ class SQLiteStore:
         )
         if rid is None:
             rid = conn.execute(
-                "INSERT INTO resources (type, id, version, last_updated, deleted) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (w.resource_type, w.id, version, instant, is_deleted),
+                "INSERT INTO resources (type, id, version, last_updated, deleted, "
+                "content_digest) VALUES (?, ?, ?, ?, ?, ?)",
+                (w.resource_type, w.id, version, instant, is_deleted, content),
             ).lastrowid
             assert rid is not None
         else:
@@ -773,8 +787,8 @@ class SQLiteStore:
             digest = _digest(w.index) if w.index is not None and not is_deleted else None
             conn.execute(
                 "UPDATE resources SET version = ?, last_updated = ?, deleted = ?, "
-                "index_digest = ? WHERE rid = ?",
-                (version, instant, is_deleted, digest, rid),
+                "index_digest = ?, content_digest = ? WHERE rid = ?",
+                (version, instant, is_deleted, digest, content, rid),
             )
             tables = _changed_tables(old_digest, digest)
             index_rows.remove(rid, tables)
@@ -792,11 +806,13 @@ class SQLiteStore:
                     index_rows: _PendingIndex) -> StoredResource:
         """A create (POST): the UNIQUE (type, id) constraint is the existence check, which
         saves a lookup per resource when transaction bundles load thousands."""
+        content = _content_digest(w)
         body = _versioned_body(w, 1, instant)
         try:
             rid = conn.execute(
-                "INSERT INTO resources (type, id, version, last_updated, deleted) "
-                "VALUES (?, ?, 1, ?, 0)", (w.resource_type, w.id, instant)).lastrowid
+                "INSERT INTO resources (type, id, version, last_updated, deleted, "
+                "content_digest) VALUES (?, ?, 1, ?, 0, ?)",
+                (w.resource_type, w.id, instant, content)).lastrowid
         except sqlite3.IntegrityError:
             raise ResourceExists(w.resource_type, w.id) from None
         assert rid is not None
@@ -1044,6 +1060,24 @@ class SQLiteStore:
         rows = [(i,) for i in event_ids]
         await self._write(lambda conn: conn.executemany(
             "UPDATE outbox SET dispatched = 1 WHERE id = ?", rows))
+
+
+def _content_digest(w: StagedWrite) -> bytes:
+    """16 bytes identifying what a write stores, apart from what the store sets itself
+    (``meta.versionId``, ``meta.lastUpdated``): equal digests, equal content. Keys are
+    sorted, so the order a client writes them in does not count."""
+    assert w.body is not None
+    resource = dict(w.body)
+    resource["id"] = w.id
+    meta = resource.get("meta")
+    if isinstance(meta, dict) and ("versionId" in meta or "lastUpdated" in meta):
+        meta = {k: v for k, v in meta.items() if k not in ("versionId", "lastUpdated")}
+        if meta:
+            resource["meta"] = meta
+        else:
+            del resource["meta"]
+    return hashlib.blake2b(orjson.dumps(resource, option=orjson.OPT_SORT_KEYS),
+                           digest_size=16).digest()
 
 
 def _versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
@@ -1478,6 +1512,7 @@ def _reset(writes: Sequence[StagedWrite]) -> None:
     for write in writes:
         write.result = None
         write.existing = False
+        write.unchanged = False
 
 
 def _safe(field: str) -> str:

@@ -48,6 +48,18 @@ async def test_create_with_taken_id_is_refused(store):
         await write(store, "create", "p1", patient("Mensah"))
 
 
+async def test_an_update_that_changes_nothing_keeps_the_current_version(store):
+    first = await write(store, "create", "p1", patient("Odhiambo"))
+    async with store.unit_of_work() as uow:
+        staged = uow.update("Patient", "p1", patient("Odhiambo"))
+        await uow.commit()
+    assert staged.unchanged and staged.result.version == 1
+    assert staged.result.last_updated == first.last_updated
+    assert (await store.history("Patient", "p1")).total == 1
+    changed = await write(store, "update", "p1", patient("Odhiambo", given="Wanjiru"))
+    assert changed.version == 2
+
+
 async def test_every_version_stays_readable(store):
     await write(store, "create", "p1", patient("Odhiambo"))
     await write(store, "update", "p1", patient("Mensah"))

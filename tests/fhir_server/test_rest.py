@@ -109,11 +109,46 @@ async def test_update_bumps_version_and_keeps_the_old_one(client, h):
 async def test_update_with_stale_if_match_returns_412(client, h):
     created = (await create(client, h)).json()
     url = f"/fhir/Patient/{created['id']}"
-    ok = await client.put(url, json=created, headers={**h, "If-Match": 'W/"1"'})
+    changed = {**created, "gender": "other"}
+    ok = await client.put(url, json=changed, headers={**h, "If-Match": 'W/"1"'})
     assert ok.status_code == 200
     stale = await client.put(url, json=created, headers={**h, "If-Match": 'W/"1"'})
     assert stale.status_code == 412
     assert stale.json()["resourceType"] == "OperationOutcome"
+
+
+async def test_an_update_that_changes_nothing_writes_no_version(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    # the same content: keys in another order, the server's own meta left out or stale
+    same = dict(reversed(list(created.items())))
+    same["meta"] = {"versionId": "7", "lastUpdated": "2020-01-01T00:00:00Z"}
+    for body in (created, same, {k: v for k, v in created.items() if k != "meta"}):
+        response = await client.put(url, json=body, headers=h)
+        assert response.status_code == 200, response.text
+        assert response.headers["etag"] == 'W/"1"'
+        assert response.json()["meta"] == created["meta"]
+    history = (await client.get(f"{url}/_history", headers=h)).json()
+    assert history["total"] == 1
+    # a stale If-Match still fails, and any real change (a tag too) is a new version
+    stale = await client.put(url, json=created, headers={**h, "If-Match": 'W/"0"'})
+    assert stale.status_code == 412
+    tagged = {**created, "meta": {"tag": [{"system": "urn:example", "code": "vip"}]}}
+    response = await client.put(url, json=tagged, headers=h)
+    assert response.headers["etag"] == 'W/"2"'
+    patched = await client.patch(url, json=[{"op": "replace", "path": "/gender",
+                                             "value": "female"}],
+                                 headers={**h, "Content-Type": "application/json-patch+json"})
+    assert patched.status_code == 200 and patched.headers["etag"] == 'W/"2"'
+
+
+async def test_a_deleted_resource_written_again_with_its_old_content_comes_back(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    assert (await client.delete(url, headers=h)).status_code in (200, 204)
+    response = await client.put(url, json=created, headers=h)
+    assert response.headers["etag"] == 'W/"3"'
+    assert (await client.get(url, headers=h)).status_code == 200
 
 
 async def test_update_as_create_with_client_id(client, h):
@@ -225,7 +260,8 @@ async def test_conditional_read(client, h):
 
 async def test_history_type_system_since_count_and_paging(client, h):
     ids = [(await create(client, h)).json()["id"] for _ in range(3)]
-    await client.put(f"/fhir/Patient/{ids[0]}", json={**amina(), "id": ids[0]}, headers=h)
+    await client.put(f"/fhir/Patient/{ids[0]}", json={**amina(), "id": ids[0], "gender": "other"},
+                     headers=h)
     type_history = (await client.get("/fhir/Patient/_history", headers=h)).json()
     assert type_history["type"] == "history" and type_history["total"] == 4
     assert type_history["entry"][0]["response"]["etag"] == 'W/"2"'

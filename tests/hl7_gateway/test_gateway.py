@@ -144,6 +144,17 @@ async def test_a_correction_updates_the_same_observations(gateway: HL7Gateway,
     assert len(await search(fhir, "Patient")) == 1
 
 
+async def test_results_for_a_known_patient_add_no_patient_versions(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    for n in range(3):  # every ORU repeats the same PID: the record is unchanged
+        message = oru(f"SAME-{n}", filler=f"F-{n}", placer=f"P-{n}")
+        assert (await gateway.process(message)).ack_code == "AA"
+    [patient] = await search(fhir, "Patient")
+    assert patient["meta"]["versionId"] == "1"
+    assert (await fhir.store.history("Patient", patient["id"])).total == 1
+    assert len(await search(fhir, "DiagnosticReport")) == 3
+
+
 async def test_repeated_adts_update_one_patient_and_keep_what_others_added(
         gateway: HL7Gateway, fhir: FhirService) -> None:
     assert (await gateway.process(adt("A01", "ADT-1"))).ack_code == "AA"
@@ -159,7 +170,8 @@ async def test_repeated_adts_update_one_patient_and_keep_what_others_added(
     [encounter] = await search(fhir, "Encounter")
     assert (encounter["status"], encounter["period"]["end"]) == ("finished",
                                                                  "2024-03-05T12:00:00+03:00")
-    assert encounter["meta"]["versionId"] == "3"
+    # A08 changed the patient, not the visit: only A03's discharge was a new version
+    assert encounter["meta"]["versionId"] == "2"
 
 
 async def test_a40_merge_links_the_records_and_deactivates_the_old_one(
