@@ -52,6 +52,7 @@ def serve(
     """Serve the whole app (HTTP) on the configured store."""
     import uvicorn
 
+    from fhir_server.validation import preload as preload_validation
     from platform_api.app import create_app
 
     overrides = {k: v for k, v in {"http_host": host, "http_port": port}.items() if v}
@@ -65,6 +66,7 @@ def serve(
         console.print(f"HL7v2 MLLP{' over TLS' if tls else ''} on "
                       f"{settings.mllp_host}:{settings.mllp_port}")
     application = create_app(settings)
+    preload_validation()  # before tune_gc freezes it: see fhir_server.validation.preload
     tune_gc()
     tune_threads()
     uvicorn.run(application, host=settings.http_host, port=settings.http_port,
