@@ -38,7 +38,8 @@ async def store(tmp_path):
     await store.close()
 
 
-async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store):
+def record_batch_sizes(store: sqlite_store.SQLiteStore) -> list[int]:
+    """The size of every batch the store begins from now on."""
     batches: list[int] = []
     begin = store._begin_batch
 
@@ -47,6 +48,11 @@ async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store
         return begin(conn, batch)
 
     store._begin_batch = counting
+    return batches
+
+
+async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store):
+    batches = record_batch_sizes(store)
 
     async def writer(n: int) -> None:  # eight clients, each writing as soon as answered
         for i in range(n, 400, 8):
@@ -61,14 +67,7 @@ async def test_writes_arriving_while_a_batch_commits_form_the_next_batches(store
 
 
 async def test_many_writers_at_once_commit_in_groups_of_at_most_max_batch(store):
-    batches: list[int] = []
-    begin = store._begin_batch
-
-    def counting(conn, batch):
-        batches.append(len(batch))
-        return begin(conn, batch)
-
-    store._begin_batch = counting
+    batches = record_batch_sizes(store)
     count = 3 * sqlite_store.MAX_BATCH + 5
     await asyncio.gather(*(create(store, i) for i in range(count)))  # all in one turn
     assert batches == [sqlite_store.MAX_BATCH] * 3 + [5]
