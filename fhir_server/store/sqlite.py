@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 
@@ -105,6 +106,11 @@ _LOOKUPS: dict[str, list[str]] = {
 # the steps of _MIGRATIONS (version → the change to the next).
 INDEX_SCHEMA_VERSION = 3
 _REBUILT_BELOW = 2
+
+# Page cache of each of the two connections (reads, writes), in MiB: the index B-trees
+# stay hot. It fills as the store grows (RSS with it); ``?cache_mb=`` in the store URL
+# sets less for a small machine, more for a large store.
+DEFAULT_CACHE_MB = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
@@ -321,8 +327,11 @@ class SQLiteStore:
     """The embedded store. ``path`` may be ``":memory:"`` for throwaway use."""
 
     def __init__(self, path: str | Path, *, unique_document_fields: Mapping[str, Iterable[str]]
-                 | None = None):
+                 | None = None, cache_mb: int = DEFAULT_CACHE_MB):
         self.path = str(path)
+        if cache_mb < 1:
+            raise ValueError(f"cache_mb must be at least 1, got {cache_mb}")
+        self.cache_mb = cache_mb
         self._conn: sqlite3.Connection | None = None
         self._unique = {c: tuple(f) for c, f in (unique_document_fields or {}).items()}
         self._outbox_listeners: list[Any] = []
@@ -343,15 +352,22 @@ class SQLiteStore:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteStore:
+        """``sqlite:///path``, optionally ``?cache_mb=N`` (each connection's page cache)."""
         if not url.startswith("sqlite:///"):
             raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///path)")
-        return cls(url.removeprefix("sqlite:///"), **kwargs)
+        path, _, query = url.removeprefix("sqlite:///").partition("?")
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            if name != "cache_mb" or not value.isdigit():
+                raise ValueError(f"unsupported option {name}={value!r} in store URL {url!r}: "
+                                 "the only one is cache_mb=<megabytes>")
+            kwargs["cache_mb"] = int(value)
+        return cls(path, **kwargs)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self) -> None:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(self.path)
+        conn = _connect(self.path, self.cache_mb)
         await _switch_to_wal(conn)
         conn.executescript(_SCHEMA)
         columns = {r[1] for r in conn.execute("PRAGMA table_info(resources)")}
@@ -368,9 +384,10 @@ class SQLiteStore:
         if self.path == ":memory:":
             self._writer_conn, self._writer_search = conn, self._search
         else:
-            self._writer_conn = _connect(self.path)
+            self._writer_conn = _connect(self.path, self.cache_mb)
             self._writer_conn.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
-            self._checkpointer = _Checkpointer(_connect(self.path))
+            # Checkpoints copy WAL frames straight to the file: no use for a page cache.
+            self._checkpointer = _Checkpointer(_connect(self.path, 2))
             self._writer_search = SQLiteSearch(
                 self._writer_conn, lambda rids: self._fetch_rids(rids, self._writer_conn))
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
@@ -1092,11 +1109,11 @@ def _versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
     return orjson.dumps(resource)
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, cache_mb: int) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: the index B-trees stay hot
+    conn.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")  # KiB when negative
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.execute("PRAGMA mmap_size=1073741824")
     return conn
