@@ -778,8 +778,9 @@ class SQLiteStore:
             content = _content_digest(w)
             if old_content is not None and content == old_content and not deleted:
                 # The update carries the current content: no new version (as HAPI FHIR and
-                # Microsoft's FHIR server do), so a feed that resends the same record (every
-                # lab result repeats the patient's PID) does not fill the history.
+                # Microsoft's FHIR server do), so a feed that resends the same record (an
+                # ADT feed sends the whole patient with every event) does not fill the
+                # history.
                 unchanged = self._current(conn, w.resource_type, w.id)
                 if unchanged is not None:
                     w.unchanged = True

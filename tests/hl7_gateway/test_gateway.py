@@ -144,15 +144,16 @@ async def test_a_correction_updates_the_same_observations(gateway: HL7Gateway,
     assert len(await search(fhir, "Patient")) == 1
 
 
-async def test_results_for_a_known_patient_add_no_patient_versions(
+async def test_an_adt_resending_the_same_record_adds_no_versions(
         gateway: HL7Gateway, fhir: FhirService) -> None:
-    for n in range(3):  # every ORU repeats the same PID: the record is unchanged
-        message = oru(f"SAME-{n}", filler=f"F-{n}", placer=f"P-{n}")
-        assert (await gateway.process(message)).ack_code == "AA"
+    assert (await gateway.process(adt("A01", "SAME-1"))).ack_code == "AA"
+    for n in (2, 3):  # A08s that change nothing: the feed resends what it holds
+        assert (await gateway.process(adt("A08", f"SAME-{n}"))).ack_code == "AA"
     [patient] = await search(fhir, "Patient")
-    assert patient["meta"]["versionId"] == "1"
+    [encounter] = await search(fhir, "Encounter")
+    assert (patient["meta"]["versionId"], encounter["meta"]["versionId"]) == ("1", "1")
     assert (await fhir.store.history("Patient", patient["id"])).total == 1
-    assert len(await search(fhir, "DiagnosticReport")) == 3
+    assert len(await search(fhir, "Provenance")) == 3  # every message is still recorded
 
 
 async def test_repeated_adts_update_one_patient_and_keep_what_others_added(
