@@ -271,7 +271,7 @@ class FhirService:
                                        expected_type=resource_type)
             await uow.commit()
         assert staged.result is not None
-        return staged.result, staged.result.version == 1 and not staged.unchanged
+        return staged.result, staged.created
 
     async def conditional_update(self, resource_type: str, criteria: Sequence[tuple[str, str]],
                                  resource: dict[str, Any], *, if_match: int | None = None
@@ -305,7 +305,7 @@ class FhirService:
             except ConditionChanged:
                 continue
             assert staged.result is not None
-            return staged.result, staged.result.version == 1 and not staged.unchanged
+            return staged.result, staged.created
         raise FhirError.of(409, "conflict", "The matching resources kept changing; retry")
 
     async def patch(self, resource_type: str, resource_id: str, operations: Any, *,

@@ -438,8 +438,7 @@ class Transaction:
             return response_entry(entry.existing, 200, self.base_url, self.prefer)
         staged = entry.staged[0]
         assert staged.result is not None
-        created = (not staged.existing and not staged.unchanged
-                   and staged.result.version == 1 and entry.method != "PATCH")
+        created = staged.created and entry.method != "PATCH"
         return response_entry(staged.result, 201 if created else 200, self.base_url,
                               self.prefer)
 

@@ -173,6 +173,13 @@ class StagedWrite:
     # written, ``result`` is the current one.
     unchanged: bool = False
 
+    @property
+    def created(self) -> bool:
+        """The write made the resource's first version: not a conditional create's match,
+        not an update that changed nothing."""
+        return (self.result is not None and self.result.version == 1 and not self.existing
+                and not self.unchanged)
+
 
 class Staging(Protocol):
     """What an ``after_writes`` callback may stage: documents and events."""
