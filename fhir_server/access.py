@@ -1,0 +1,155 @@
+"""What a caller may see and change: the port through which the platform's access policy
+reaches every FHIR interaction.
+
+The FHIR server knows nothing of users, roles, organizations, API keys or SMART scopes.
+For each request the platform builds an :class:`Access` (``platform_api.policy``) whose
+one question is: *which resources may this caller read, create, update or delete?* The
+answer is a set of :class:`Grant`\\ s, each admitting resources of some types that carry
+one of some owner labels and/or belong to some patients' compartments. The same grants
+are used two ways, so a list can never show more than a read would allow:
+
+- as a **check** on one resource (:func:`admits`): read, vread, history of an instance,
+  the current and the new content of every write, each entry of a batch or transaction;
+- as **search criteria** added to a plan (``SearchPlan.access``, compiled by each store
+  adapter): searches, ``_include``/``_revinclude``, chains, ``_has``, compartment
+  searches, ``$everything`` and type/system history return only what the grants admit.
+
+Deny by default: an :class:`Access` with no grant for an action admits nothing.
+:data:`SYSTEM` (the HL7 gateway, housekeeping, the platform's own bookkeeping) admits
+everything; it is never handed to a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fhir_server.ownership import owner_labels
+
+JSON = dict[str, Any]
+
+READ, CREATE, UPDATE, DELETE = "read", "create", "update", "delete"
+ACTIONS = (READ, CREATE, UPDATE, DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One way a caller may reach resources.
+
+    A resource matches when its type is one of ``types`` (``None``: any type) and, for
+    each of the following that is set: it carries one of the ``owners`` labels
+    (``meta.security``, see :mod:`fhir_server.ownership`); it is one of the Patients in
+    ``patients`` or in one of their compartments; it has one of the ``identifiers``
+    (``system|value``). A grant with none of them admits every resource of its types.
+    """
+
+    types: frozenset[str] | None = None
+    owners: frozenset[str] | None = None
+    patients: frozenset[str] | None = None
+    identifiers: frozenset[str] | None = None
+    relation: str = ""  # the policy relation that produced it (for messages and tests)
+
+    def covers(self, resource_type: str) -> bool:
+        return self.types is None or resource_type in self.types
+
+
+class Access(Protocol):
+    """The access policy as one caller's request sees it."""
+
+    def grants(self, action: str) -> tuple[Grant, ...] | None:
+        """The grants for ``action`` (read, create, update, delete); ``None`` when the
+        caller is unrestricted (platform administrators, the system itself)."""
+        ...
+
+    def describe(self) -> str:
+        """Who the caller is, for refusal messages (never a secret)."""
+        ...
+
+
+class AccessDenied(Exception):
+    """The caller may not do this (HTTP 403; a FHIR OperationOutcome ``forbidden``)."""
+
+    def __init__(self, message: str, resource_type: str | None = None):
+        self.resource_type = resource_type
+        super().__init__(message)
+
+
+class _System:
+    def grants(self, action: str) -> tuple[Grant, ...] | None:
+        return None
+
+    def describe(self) -> str:
+        return "the system"
+
+
+SYSTEM: Access = _System()
+
+# Patient ids a resource belongs to (its Patient compartments); see fhir_server.compartments.
+PatientsOf = Callable[[JSON], frozenset[str]]
+
+
+def admits(grant: Grant, resource: JSON, patients_of: PatientsOf) -> bool:
+    """Whether ``grant`` admits ``resource`` (the check form of a grant)."""
+    resource_type = resource.get("resourceType", "")
+    if grant.types is not None and resource_type not in grant.types:
+        return False
+    if grant.owners is not None and grant.owners.isdisjoint(owner_labels(resource)):
+        return False
+    if grant.identifiers is not None and grant.identifiers.isdisjoint(identifiers(resource)):
+        return False
+    if grant.patients is not None:
+        if resource_type == "Patient" and resource.get("id") in grant.patients:
+            return True
+        return not grant.patients.isdisjoint(patients_of(resource))
+    return True
+
+
+def identifiers(resource: JSON) -> frozenset[str]:
+    """``system|value`` of each of the resource's identifiers."""
+    found = resource.get("identifier")
+    if isinstance(found, dict):
+        found = [found]
+    if not isinstance(found, list):
+        return frozenset()
+    return frozenset(f"{i.get('system') or ''}|{i['value']}" for i in found
+                     if isinstance(i, dict) and isinstance(i.get("value"), str))
+
+
+def permits(access: Access, action: str, resource: JSON, patients_of: PatientsOf) -> bool:
+    grants = access.grants(action)
+    return grants is None or any(admits(g, resource, patients_of) for g in grants)
+
+
+def may_touch_type(access: Access, action: str, resource_type: str) -> bool:
+    """Whether any grant could admit a resource of this type (a type-level answer, for a
+    clear 403 before searching a type the caller can never see)."""
+    grants = access.grants(action)
+    return grants is None or any(g.covers(resource_type) for g in grants)
+
+
+def writable_owners(access: Access, action: str, resource_type: str) -> frozenset[str] | None:
+    """The owner labels this caller's ``action`` on a resource of this type may carry:
+    ``None`` when any label will do (an unrestricted caller, or a grant not bound to
+    owners such as a patient writing in their own compartment)."""
+    grants = access.grants(action)
+    if grants is None:
+        return None
+    owners: set[str] = set()
+    for grant in grants:
+        if not grant.covers(resource_type):
+            continue
+        if grant.owners is None:
+            return None
+        owners |= grant.owners
+    return frozenset(owners)
+
+
+def types_granted(grants: Iterable[Grant]) -> frozenset[str] | None:
+    """Every type some grant covers (``None``: any)."""
+    found: set[str] = set()
+    for grant in grants:
+        if grant.types is None:
+            return None
+        found |= grant.types
+    return frozenset(found)

@@ -1,0 +1,75 @@
+"""The access policy: one for /api and /fhir.
+
+Two layers, both data:
+
+- **routes** (:mod:`platform_api.access`, generated from the spec's operation list): who
+  may call a route at all (public, signed in, platform administrators), which API-key
+  scope it needs, its rate-limit class. Enforced by one middleware in front of every
+  route;
+- **resources** (this package): which FHIR resources a caller may read, create, update
+  or delete, whichever door it comes through: a role → permission table
+  (:mod:`~platform_api.policy.roles`) and named relations
+  (:mod:`~platform_api.policy.grants`: platform administrator, member of the owning
+  organization, self, consent, everyone), compiled per request into grants that the FHIR
+  server applies to every interaction, every entry of a bundle, every search (as
+  criteria, never by filtering results afterwards) and every /api facade.
+
+``Policy.access(principal, door)`` is what a request handler asks for; SMART scopes join
+as one more type filter (and a patient compartment) of the same grants.
+"""
+
+from __future__ import annotations
+
+from fhir_server.access import READ
+from fhir_server.service import FhirService
+from fhir_server.store import ResourceStore
+from platform_api.auth.principal import Principal
+from platform_api.policy.grants import PolicyAccess, TypeFilter
+from platform_api.policy.roles import ORG_ROLES
+from platform_api.policy.subject import SUBJECT_TYPES, Subject, SubjectLoader
+
+FHIR_DOOR, API_DOOR = "fhir", "api"
+
+__all__ = ["API_DOOR", "FHIR_DOOR", "ORG_ROLES", "Policy", "PolicyAccess", "Subject"]
+
+
+def _key_scopes(principal: Principal) -> TypeFilter:
+    """An API key's ``<Type>:read`` / ``<Type>:write`` scopes as a type filter."""
+    from platform_api.access import scope_granted
+
+    scopes = principal.scopes
+
+    def allowed(resource_type: str, action: str) -> bool:
+        verb = "read" if action == READ else "write"
+        return scope_granted(scopes, f"{resource_type}:{verb}")
+    return allowed
+
+
+class Policy:
+    """Builds each request's :class:`~fhir_server.access.Access`."""
+
+    def __init__(self, fhir: FhirService, store: ResourceStore, *, ttl: float = 5.0):
+        self.subjects = SubjectLoader(fhir, store, ttl=ttl)
+
+    async def subject(self, principal: Principal) -> Subject:
+        return await self.subjects.subject(principal)
+
+    async def access(self, principal: Principal, door: str = API_DOOR) -> PolicyAccess:
+        """The access of ``principal`` on a request through ``door``: on /fhir an API key
+        is also held to its per-type scopes; on /api the access table already checked the
+        route's scope."""
+        subject = await self.subjects.subject(principal)
+        type_filter = _key_scopes(principal) if (
+            door == FHIR_DOOR and principal.kind == "api_key") else None
+        return PolicyAccess(subject, type_filter)
+
+    def membership_changed(self, user_id: str) -> None:
+        self.subjects.invalidate(user_id)
+
+    def resource_written(self, resource_type: str) -> None:
+        """A write committed in this process: a Consent, or a user's Patient or
+        Practitioner record, can change what anyone may see (from the next request)."""
+        if resource_type in SUBJECT_TYPES:
+            self.subjects.invalidate()
+
+

@@ -1,0 +1,164 @@
+"""The relations of the access policy, and the grants they compile to for one caller.
+
+A relation says why a caller may reach a resource. Each one compiles, for a
+:class:`~platform_api.policy.subject.Subject` and an action, to
+:class:`~fhir_server.access.Grant`\\ s, which the FHIR server uses both as a check on one
+resource and as search criteria (see :mod:`fhir_server.access`):
+
+- ``platform-admin``: SUPER:ADMIN and APP:ADMIN signed in as themselves: everything;
+- ``member``: a member of the organization that owns the resource, for the resource
+  types their ``ORG:<ROLE>`` allows (``roles.ROLE_PERMISSIONS``);
+- ``self``: the caller's own Patient record and its compartment, as ``PATIENT`` allows;
+- ``consent``: the compartment of a patient who consented to share with the caller's
+  organization (or Practitioner record), as the caller's role there allows;
+- ``everyone``: what any signed-in user may reach (directories, definitions).
+
+Deny by default: what no relation grants, nobody but a platform administrator reaches.
+An API key acts for its owner within its scopes (``<Type>:read``/``<Type>:write`` on
+/fhir; on /api the route's own scope was checked by the access table) and never with its
+owner's administrator powers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from fhir_server.access import ACTIONS, CREATE, READ, Grant
+from fhir_server.validation import resource_types
+from platform_api.policy.roles import EVERYONE, PATIENT, types_for
+from platform_api.policy.subject import USER_SYSTEM, Subject
+
+# Type-level limits on top of the relations (API-key scopes, SMART scopes): a function of
+# (resource type, action) → allowed.
+TypeFilter = Callable[[str, str], bool]
+
+PLATFORM_ADMIN, MEMBER, SELF, CONSENT, EVERYONE_RELATION = (
+    "platform-admin", "member", "self", "consent", "everyone")
+# A practitioner consented to directly, with no organization role to go by, may read.
+CONSENTED_PRACTITIONER_ACTIONS = frozenset({READ})
+
+
+def _member(subject: Subject, action: str) -> list[Grant]:
+    return [Grant(types, frozenset({org}), relation=MEMBER)
+            for org, role in subject.memberships.items()
+            if (types := types_for(role, action))]
+
+
+def _self(subject: Subject, action: str) -> list[Grant]:
+    """The user's own Patient record (the one carrying their user identifier, so they can
+    create it) and, once it exists, its compartment."""
+    types = types_for(PATIENT, action)
+    if not types:
+        return []
+    grants = []
+    if "Patient" in types or action == CREATE:
+        grants.append(Grant(frozenset({"Patient"}), identifiers=frozenset(
+            {f"{USER_SYSTEM}|{subject.principal.user_id}"}), relation=SELF))
+    if subject.patient_id is not None:
+        grants.append(Grant(types, patients=frozenset({subject.patient_id}), relation=SELF))
+    return grants
+
+
+def _consent(subject: Subject, action: str) -> list[Grant]:
+    grants = []
+    for patient, granted_to in subject.consents.items():
+        types: set[str] = set()
+        for org in granted_to:
+            if org:
+                role = subject.memberships.get(org)
+                types |= types_for(role, action) if role else set()
+            elif action in CONSENTED_PRACTITIONER_ACTIONS:
+                types |= {t for role in subject.memberships.values()
+                          for t in types_for(role, action)} or types_for(PATIENT, action)
+        if types:
+            grants.append(Grant(frozenset(types), patients=frozenset({patient}),
+                                relation=CONSENT))
+    return grants
+
+
+def _everyone(subject: Subject, action: str) -> list[Grant]:
+    types = types_for(EVERYONE, action)
+    return [Grant(types, relation=EVERYONE_RELATION)] if types else []
+
+
+RELATIONS: tuple[tuple[str, Callable[[Subject, str], list[Grant]]], ...] = (
+    (MEMBER, _member), (SELF, _self), (CONSENT, _consent), (EVERYONE_RELATION, _everyone),
+)
+
+
+def compile_grants(subject: Subject, action: str, type_filter: TypeFilter | None = None
+                   ) -> tuple[Grant, ...] | None:
+    """The caller's grants for ``action`` (``None``: unrestricted)."""
+    if subject.unrestricted and type_filter is None:
+        return None
+    grants: list[Grant] = []
+    for _name, relation in RELATIONS:
+        grants += relation(subject, action)
+    if subject.unrestricted:  # an administrator under scopes: every type the scopes allow
+        grants = [Grant(None, relation=PLATFORM_ADMIN)]
+    if type_filter is not None:
+        grants = [_narrowed(g, action, type_filter) for g in grants]
+    return _merged(g for g in grants if g.types is None or g.types)
+
+
+def _narrowed(grant: Grant, action: str, allowed: TypeFilter) -> Grant:
+    types = grant.types if grant.types is not None else resource_types()
+    return Grant(frozenset(t for t in types if allowed(t, action)), grant.owners,
+                 grant.patients, grant.identifiers, grant.relation)
+
+
+def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
+    """Grants of one relation over the same types become one: a member of three
+    organizations with the same role gets one grant owned by any of the three, a
+    practitioner with forty consents one grant over forty compartments (one ``IN`` list
+    to search instead of forty alternatives)."""
+    by_owner: dict[tuple[frozenset[str] | None, str], set[str]] = {}
+    by_patient: dict[tuple[frozenset[str] | None, str], set[str]] = {}
+    kept: list[Grant] = []
+    for grant in grants:
+        key = (grant.types, grant.relation)
+        if grant.identifiers is not None:
+            kept.append(grant)
+        elif grant.owners is not None and grant.patients is None:
+            by_owner.setdefault(key, set()).update(grant.owners)
+        elif grant.patients is not None and grant.owners is None:
+            by_patient.setdefault(key, set()).update(grant.patients)
+        elif grant not in kept:
+            kept.append(grant)
+    kept += [Grant(types, owners=frozenset(owners), relation=relation)
+             for (types, relation), owners in by_owner.items()]
+    kept += [Grant(types, patients=frozenset(patients), relation=relation)
+             for (types, relation), patients in by_patient.items()]
+    return tuple(kept)
+
+
+@dataclass
+class PolicyAccess:
+    """:class:`fhir_server.access.Access` for one request: a subject's grants, computed
+    once per action."""
+
+    subject: Subject
+    type_filter: TypeFilter | None = None
+    _grants: dict[str, tuple[Grant, ...] | None] = field(default_factory=dict)
+
+    def grants(self, action: str) -> tuple[Grant, ...] | None:
+        if action not in self._grants:
+            if action not in ACTIONS:
+                raise ValueError(f"unknown action {action!r}")
+            self._grants[action] = compile_grants(self.subject, action, self.type_filter)
+        return self._grants[action]
+
+    def describe(self) -> str:
+        principal = self.subject.principal
+        who = "this API key" if principal.kind == "api_key" else "you"
+        return who
+
+    def adopting(self, organization_id: str, role: str) -> PolicyAccess:
+        """This access as if the caller were already ``role`` of ``organization_id``
+        (founding an organization, accepting an invitation: the membership commits in the
+        same unit of work as what it lets the caller write)."""
+        memberships = {**self.subject.memberships, organization_id: role}
+        subject = Subject(self.subject.principal, memberships, self.subject.patient_id,
+                          self.subject.practitioner_ids, self.subject.consents)
+        return PolicyAccess(subject, self.type_filter)
