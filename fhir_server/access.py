@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fhir_server.outcome import FhirError, Issue
 from fhir_server.ownership import owner_labels
 
 JSON = dict[str, Any]
@@ -67,12 +68,12 @@ class Access(Protocol):
         ...
 
 
-class AccessDenied(Exception):
-    """The caller may not do this (HTTP 403; a FHIR OperationOutcome ``forbidden``)."""
+class AccessDenied(FhirError):
+    """The caller may not do this: HTTP 403 with an OperationOutcome ``forbidden`` (the
+    /api facades answer their envelope with code ``FORBIDDEN``)."""
 
-    def __init__(self, message: str, resource_type: str | None = None):
-        self.resource_type = resource_type
-        super().__init__(message)
+    def __init__(self, message: str, *expression: str):
+        super().__init__(403, Issue("error", "forbidden", message, expression))
 
 
 class _System:
@@ -129,9 +130,12 @@ def may_touch_type(access: Access, action: str, resource_type: str) -> bool:
 
 
 def writable_owners(access: Access, action: str, resource_type: str) -> frozenset[str] | None:
-    """The owner labels this caller's ``action`` on a resource of this type may carry:
-    ``None`` when any label will do (an unrestricted caller, or a grant not bound to
-    owners such as a patient writing in their own compartment)."""
+    """The organizations this caller writes resources of this type for (what a new
+    resource's inherited owners are narrowed to, see :mod:`fhir_server.ownership`).
+
+    ``None`` when nothing narrows them: an unrestricted caller or grant, or a caller who
+    writes for no organization (a patient in their own record: what they write belongs to
+    whoever owns their record)."""
     grants = access.grants(action)
     if grants is None:
         return None
@@ -139,10 +143,11 @@ def writable_owners(access: Access, action: str, resource_type: str) -> frozense
     for grant in grants:
         if not grant.covers(resource_type):
             continue
-        if grant.owners is None:
+        if grant.owners is not None:
+            owners |= grant.owners
+        elif grant.patients is None and grant.identifiers is None:
             return None
-        owners |= grant.owners
-    return frozenset(owners)
+    return frozenset(owners) if owners else None
 
 
 def types_granted(grants: Iterable[Grant]) -> frozenset[str] | None:

@@ -13,13 +13,15 @@ order:
    then decides whether the writer may give those owners);
 2. an update without owner labels keeps the current version's owners (a client that PUTs
    a body without ``meta`` does not disown the resource);
-3. an Organization owns itself; a Patient is owned by its ``managingOrganization``;
-4. a resource in Patient compartments inherits the owners of those Patients, narrowed to
-   the organizations the writer may write for (a doctor of one organization writing for a
-   patient of two does not hand the record to the other);
-5. else the one organization the writer may write this type for, when there is exactly
+3. the owners the resource names itself — an Organization owns itself, a Patient is
+   owned by its ``managingOrganization`` — and those it inherits from the Patients whose
+   compartments it is in, narrowed to the organizations the writer may write for (a
+   doctor of one organization writing for a patient of two does not hand the record to
+   the other; a clinic recording an external laboratory's Organization keeps it as its
+   own directory entry);
+4. else the one organization the writer may write this type for, when there is exactly
    one;
-6. else none: only the patient (through their compartment), consent holders and platform
+5. else none: only the patient (through their compartment), consent holders and platform
    administrators can reach it.
 
 Owners are settled at write time, from what the patient's record says then: a patient
@@ -103,13 +105,12 @@ async def settle_owners(resource: JSON, *, current: JSON | None, patients: froze
     if current is not None and (kept := owner_labels(current)):
         return with_owners(resource, kept)
     owners = set(intrinsic_owners(resource))
-    if not owners and patients:
-        for patient_id in sorted(patients):
-            patient = await lookup(patient_id)
-            if patient is not None:
-                owners |= owner_labels(patient) or intrinsic_owners(patient)
-        if writable is not None:
-            owners &= writable
+    for patient_id in sorted(patients):
+        patient = await lookup(patient_id)
+        if patient is not None:
+            owners |= owner_labels(patient) or intrinsic_owners(patient)
+    if writable is not None:
+        owners &= writable
     if not owners and writable is not None and len(writable) == 1:
         owners = set(writable)
     return with_owners(resource, owners) if owners else resource

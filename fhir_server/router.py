@@ -1,7 +1,10 @@
 """The FHIR REST API at ``/fhir``: one table of routes → interactions.
 
-``fhir_server`` knows nothing of the platform's auth: the app passes ``authenticate``,
-an async callable that raises when the request carries no valid credentials.
+``fhir_server`` knows nothing of the platform's auth: the app passes ``authorize``, an
+async callable that raises when the request carries no valid credentials and otherwise
+answers the caller's :class:`~fhir_server.access.Access` (the platform's policy). Every
+route but ``/metadata`` runs it before its interaction and keeps the caller-bound service
+on the request (``FhirContext.caller``).
 
 Why plain Starlette routes instead of FastAPI's: every FHIR handler takes the request and
 returns a ready response, so FastAPI's dependency solving and its route matching through
@@ -30,8 +33,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Receive, Scope, Send
 
+from fhir_server.access import Access
+from fhir_server.caller import CallerFhir
 from fhir_server.interactions.capabilities import capabilities, capability_statement
-from fhir_server.interactions.context import FhirContext
+from fhir_server.interactions.context import CALLER, FhirContext
 from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
 from fhir_server.interactions.everything import everything
@@ -51,7 +56,7 @@ TYPE_INTERACTIONS = (
     "create", "search-type",
 )
 SYSTEM_INTERACTIONS = ("transaction", "batch", "search-system", "history-system")
-Authenticate = Callable[[Request], Awaitable[Any]]
+Authorize = Callable[[Request], Awaitable[Access]]
 Handler = Callable[..., Awaitable[Response]]
 
 
@@ -112,7 +117,7 @@ ROUTES: tuple[FhirRoute, ...] = (
 )
 
 
-def _endpoint(ctx: FhirContext, route: FhirRoute, authenticate: Authenticate
+def _endpoint(ctx: FhirContext, route: FhirRoute, authorize: Authorize
               ) -> Callable[[Request], Awaitable[Response]]:
     handler = route.handler
     if route.public:
@@ -121,18 +126,19 @@ def _endpoint(ctx: FhirContext, route: FhirRoute, authenticate: Authenticate
         return public_endpoint
 
     async def guarded_endpoint(request: Request) -> Response:
-        await authenticate(request)
+        access = await authorize(request)
+        request.scope.setdefault("state", {})[CALLER] = CallerFhir(ctx.service, access)
         return await handler(ctx, request, **request.path_params)
     return guarded_endpoint
 
 
-def build_fhir_routes(ctx: FhirContext, authenticate: Authenticate) -> list[BaseRoute]:
+def build_fhir_routes(ctx: FhirContext, authorize: Authorize) -> list[BaseRoute]:
     """The routes to put first in the app: ``/fhir`` itself and the dispatch below it."""
     base: list[BaseRoute] = [
-        Route("/fhir", _endpoint(ctx, route, authenticate), methods=[route.method],
+        Route("/fhir", _endpoint(ctx, route, authorize), methods=[route.method],
               name=f"fhir {route.summary}", include_in_schema=False)
         for route in ROUTES if route.path == ""]
-    below = [(route, _endpoint(ctx, route, authenticate)) for route in ROUTES if route.path]
+    below = [(route, _endpoint(ctx, route, authorize)) for route in ROUTES if route.path]
     return [*base, FhirDispatch(below)]
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from fhir_server.access import SYSTEM, Access
+from fhir_server.compartments import PatientCompartments
 from fhir_server.outcome import FhirError
 from fhir_server.search.custom import REFRESH_SECONDS, active_registry, active_version
 from fhir_server.search.extract import IndexExtractor
@@ -27,9 +29,7 @@ from fhir_server.search.plan import MAX_COUNT, SearchError, SearchPlan, parse_se
 from fhir_server.search.registry import SearchRegistry, builtin_registry
 from fhir_server.store import (
     Condition,
-    ConditionChanged,
     IndexRows,
-    MultipleMatches,
     ResourceGone,
     ResourceNotFound,
     ResourceStore,
@@ -39,11 +39,9 @@ from fhir_server.store import (
     VersionConflict,
 )
 from fhir_server.store.port import StagedWrite, Staging
-from fhir_server.validation import check_id, is_resource_type, validate_resource
+from fhir_server.validation import is_resource_type, validate_resource
 
 Indexer = Callable[[dict[str, Any]], IndexRows]
-MAX_CONDITIONAL_DELETE = 100  # resources one conditional delete may remove
-CONDITION_RETRIES = 3  # a condition that changed under us is resolved again this often
 MAX_SEARCH_RESULTS = 10_000  # FhirService.search() returns at most this many resources
 
 
@@ -106,7 +104,18 @@ class FhirService:
         # rebuilt whenever a reindex activates new definitions.
         self._own_indexer = indexer is None
         self.indexer: Indexer | None = indexer or IndexExtractor(self.registry)
+        self.compartments = PatientCompartments(self.registry)
         self._registry_checked = 0.0
+        self._write_listeners: list[Callable[[frozenset[str]], None]] = []
+
+    def add_write_listener(self, callback: Callable[[frozenset[str]], None]) -> None:
+        """``callback(types)`` after each unit of work that wrote resources of ``types``
+        commits in this process (the access policy forgets what a Consent changed)."""
+        self._write_listeners.append(callback)
+
+    def committed(self, types: frozenset[str]) -> None:
+        for callback in self._write_listeners:
+            callback(types)
 
     # -- the registry in use -------------------------------------------------------------
     async def refresh_registry(self, *, force: bool = False) -> SearchRegistry:
@@ -121,6 +130,7 @@ class FhirService:
 
     def use_registry(self, registry: SearchRegistry) -> None:
         self.registry = registry
+        self.compartments = PatientCompartments(registry)
         if self._own_indexer:
             self.indexer = IndexExtractor(registry)
 
@@ -195,13 +205,16 @@ class FhirService:
         once and re-checks the same plan inside the commit)."""
         return await self.store.match_ids(plan, limit)
 
-    # -- staged writes (callers own the unit of work) ----------------------------------
+    # -- staged writes: the building blocks of fhir_server.caller.FhirUnit --------------
     def stage_create(self, uow: UnitOfWork, resource: dict[str, Any], *,
                      resource_id: str | None = None, expected_type: str | None = None,
-                     condition: Condition | None = None) -> StagedWrite:
-        """Validate and stage a create with a server-assigned id (FHIR ignores a client id
-        on POST). With a ``condition`` the commit creates only when nothing matches."""
-        validate_resource(resource, expected_type, strict=self.strict_validation)
+                     condition: Condition | None = None, validated: bool = False
+                     ) -> StagedWrite:
+        """Validate (unless ``validated``) and stage a create with a server-assigned id
+        (FHIR ignores a client id on POST). With a ``condition`` the commit creates only
+        when nothing matches."""
+        if not validated:
+            validate_resource(resource, expected_type, strict=self.strict_validation)
         resource = dict(resource)
         resource["id"] = resource_id or new_id()
         return uow.create(resource["resourceType"], resource["id"], resource,
@@ -210,8 +223,9 @@ class FhirService:
     def stage_update(self, uow: UnitOfWork, resource: dict[str, Any], *,
                      if_match: int | None = None, method: str = "PUT",
                      expected_type: str | None = None, condition: Condition | None = None,
-                     ) -> StagedWrite:
-        validate_resource(resource, expected_type, strict=self.strict_validation)
+                     validated: bool = False) -> StagedWrite:
+        if not validated:
+            validate_resource(resource, expected_type, strict=self.strict_validation)
         resource_id = resource.get("id")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
@@ -219,111 +233,18 @@ class FhirService:
         return uow.update(resource["resourceType"], resource_id, resource, if_match=if_match,
                           index=self._index(resource), method=method, condition=condition)
 
+    def stage_delete(self, uow: UnitOfWork, resource_type: str, resource_id: str, *,
+                     if_match: int | None = None) -> StagedWrite:
+        return uow.delete(resource_type, resource_id, if_match=if_match)
+
     def _index(self, resource: dict[str, Any]) -> IndexRows | None:
         return self.indexer(resource) if self.indexer is not None else None
 
-    # -- one-shot writes -----------------------------------------------------------------
-    async def create(self, resource: dict[str, Any], *, expected_type: str | None = None
-                     ) -> StoredResource:
-        await self.refresh_registry()
-        async with self.store.unit_of_work() as uow:
-            staged = self.stage_create(uow, resource, expected_type=expected_type)
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result
-
-    async def conditional_create(self, resource: dict[str, Any],
-                                 criteria: Sequence[tuple[str, str]], *,
-                                 expected_type: str | None = None
-                                 ) -> tuple[StoredResource, bool]:
-        """Create unless a resource matches ``criteria`` (If-None-Exist); returns
-        (stored, created). The match is checked inside the commit, so two identical
-        requests at once create one resource."""
-        resource_type = expected_type or str(resource.get("resourceType", ""))
-        self.check_type(resource_type)
-        if not criteria:
-            raise FhirError.of(400, "invalid", "If-None-Exist needs search criteria")
-        plan = await self.parse([resource_type], criteria, strict=True)
-        async with self.store.unit_of_work() as uow:
-            staged = self.stage_create(uow, resource, expected_type=expected_type,
-                                       condition=Condition(plan))
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result, not staged.existing
-
-    async def update(self, resource_type: str, resource_id: str, resource: dict[str, Any], *,
-                     if_match: int | None = None) -> tuple[StoredResource, bool]:
-        """Update (or create with the client's id); returns (stored, created)."""
-        self.check_type(resource_type)
-        check_id(resource_id)
-        await self.refresh_registry()
-        if isinstance(resource, dict) and resource.get("resourceType") == resource_type:
-            body_id = resource.get("id")
-            if body_id is None:
-                raise FhirError.of(400, "required", "The resource in an update must carry its id",
-                                   f"{resource_type}.id")
-            if body_id != resource_id:
-                raise FhirError.of(400, "invalid",
-                                   f"The body's id {body_id!r} does not match the URL's id "
-                                   f"{resource_id!r}", f"{resource_type}.id")
-        async with self.store.unit_of_work() as uow:
-            staged = self.stage_update(uow, resource, if_match=if_match,
-                                       expected_type=resource_type)
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result, staged.created
-
-    async def conditional_update(self, resource_type: str, criteria: Sequence[tuple[str, str]],
-                                 resource: dict[str, Any], *, if_match: int | None = None
-                                 ) -> tuple[StoredResource, bool]:
-        """``PUT [type]?criteria`` (R4 3.1.0.4.3): no match creates (with the body's id
-        when it has one), one match is updated (a different body id is a 400), several
-        are a 412. Returns (stored, created)."""
-        self.check_type(resource_type)
-        if isinstance(resource, dict) and resource.get("id") is not None:
-            check_id(str(resource["id"]))
-        for _attempt in range(CONDITION_RETRIES):
-            ids = await self.match_ids(resource_type, criteria, limit=2)
-            if len(ids) > 1:
-                raise MultipleMatches(resource_type, len(ids))
-            body = dict(resource) if isinstance(resource, dict) else resource
-            if ids and isinstance(body, dict):
-                if body.get("id") not in (None, ids[0]):
-                    raise FhirError.of(400, "invalid",
-                                       f"The body's id {body['id']!r} is not the id of the "
-                                       f"matching resource {ids[0]!r}", f"{resource_type}.id")
-                body["id"] = ids[0]
-            elif isinstance(body, dict):
-                body["id"] = body.get("id") or new_id()
-            plan = await self.parse([resource_type], criteria, strict=True)
-            try:
-                async with self.store.unit_of_work() as uow:
-                    staged = self.stage_update(uow, body, if_match=if_match,
-                                               expected_type=resource_type,
-                                               condition=Condition(plan, tuple(ids)))
-                    await uow.commit()
-            except ConditionChanged:
-                continue
-            assert staged.result is not None
-            return staged.result, staged.created
-        raise FhirError.of(409, "conflict", "The matching resources kept changing; retry")
-
-    async def patch(self, resource_type: str, resource_id: str, operations: Any, *,
-                    if_match: int | None = None) -> StoredResource:
-        """Apply a JSON Patch (RFC 6902) to the current version and store the result."""
-        await self.refresh_registry()
-        async with self.store.unit_of_work() as uow:
-            staged = await self.stage_patch(uow, resource_type, resource_id, operations,
-                                            if_match=if_match)
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result
-
-    async def stage_patch(self, uow: UnitOfWork, resource_type: str, resource_id: str,
-                          operations: Any, *, if_match: int | None = None) -> StagedWrite:
-        current = await self.read(resource_type, resource_id)
+    def apply_patch(self, current: StoredResource, operations: Any, *,
+                    if_match: int | None = None) -> dict[str, Any]:
+        """The current version with a JSON Patch (RFC 6902) applied (not stored)."""
         if if_match is not None and if_match != current.version:
-            raise VersionConflict(resource_type, resource_id, if_match, current.version)
+            raise VersionConflict(current.resource_type, current.id, if_match, current.version)
         if not isinstance(operations, list):
             raise FhirError.of(400, "structure", "A JSON Patch body must be an array of operations")
         try:
@@ -332,43 +253,16 @@ class FhirService:
                 KeyError, ValueError) as exc:
             raise FhirError.of(422, "processing", f"The JSON Patch could not be applied: {exc}"
                                ) from None
-        if patched.get("resourceType") != resource_type or patched.get("id") != resource_id:
+        if not isinstance(patched, dict) or patched.get("resourceType") != current.resource_type \
+                or patched.get("id") != current.id:
             raise FhirError.of(422, "processing", "A patch may not change resourceType or id")
-        # Guard against a concurrent write between our read and the commit.
-        return self.stage_update(uow, patched, if_match=current.version, method="PATCH")
-
-    async def delete(self, resource_type: str, resource_id: str, *,
-                     if_match: int | None = None) -> StoredResource:
-        self.check_type(resource_type)
-        current = await self.store.read_current(resource_type, resource_id)
-        if current is None:
-            raise ResourceNotFound(resource_type, resource_id)
-        async with self.store.unit_of_work() as uow:
-            staged = uow.delete(resource_type, resource_id, if_match=if_match)
-            await uow.commit()
-        assert staged.result is not None
-        return staged.result
-
-    async def conditional_delete(self, resource_type: str, criteria: Sequence[tuple[str, str]]
-                                 ) -> list[StoredResource]:
-        """``DELETE [type]?criteria``: every match (up to MAX_CONDITIONAL_DELETE) in one
-        commit; returns the tombstones (none when nothing matched)."""
-        self.check_type(resource_type)
-        ids = await self.match_ids(resource_type, criteria, limit=MAX_CONDITIONAL_DELETE + 1)
-        if len(ids) > MAX_CONDITIONAL_DELETE:
-            raise FhirError.of(412, "too-costly",
-                               f"More than {MAX_CONDITIONAL_DELETE} {resource_type} resources "
-                               "match; narrow the criteria")
-        async with self.store.unit_of_work() as uow:
-            staged = [uow.delete(resource_type, i) for i in ids]
-            await uow.commit()
-        return [s.result for s in staged if s.result is not None]
+        return patched  # type: ignore[no-any-return]
 
     # -- bundles -----------------------------------------------------------------------
     async def transaction(self, bundle: dict[str, Any], *, base_url: str = "",
                           prefer: str | None = None,
-                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None
-                          ) -> dict[str, Any]:
+                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None,
+                          access: Access = SYSTEM) -> dict[str, Any]:
         """Process a ``transaction`` (all or nothing) or ``batch`` Bundle; returns the
         ``transaction-response`` / ``batch-response`` Bundle. Usable from Python (the
         HL7v2 gateway submits each message this way) as well as from ``POST /fhir``.
@@ -377,5 +271,5 @@ class FhirService:
         transaction's resources, given the "Type/id" each entry wrote or matched."""
         from fhir_server.interactions.transaction import process_bundle
 
-        return await process_bundle(self, bundle, base_url=base_url, prefer=prefer,
-                                    on_commit=on_commit)
+        return await process_bundle(self, bundle, access=access, base_url=base_url,
+                                    prefer=prefer, on_commit=on_commit)

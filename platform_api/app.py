@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fhir_server.access import Access
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
@@ -37,6 +38,7 @@ from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import EventBus
 from platform_api.housekeeping import Housekeeping
 from platform_api.observability import RequestContextMiddleware, configure_logging
+from platform_api.policy import FHIR_DOOR, Policy
 from platform_api.services import Services
 from platform_api.settings import Settings
 
@@ -115,6 +117,13 @@ def install_error_handlers(app: FastAPI) -> None:
             return fhir_error_response(FhirError.of(500, "exception", "Internal server error"))
         return JSONResponse({"success": False, "error": {
             "code": "INTERNAL_ERROR", "message": "An internal error occurred"}}, status_code=500)
+
+
+async def fhir_access(request: Request) -> Access:
+    """The access of a /fhir request: its caller (401 without one) under the policy."""
+    principal = await authenticate_request(request)
+    services: Services = request.app.state.services
+    return await services.policy.access(principal, FHIR_DOOR)
 
 
 def install_fhir_openapi(app: FastAPI) -> None:
@@ -217,7 +226,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
     auth = AuthService(settings, store, fhir=fhir)
     bus = EventBus(store)
-    services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus)
+    policy = Policy(fhir, store, ttl=auth.recheck_seconds)
+    services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus,
+                        policy=policy)
     housekeeping = Housekeeping(store, settings)
 
     @asynccontextmanager
@@ -253,7 +264,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_docs(app)
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
-    fhir_routes = build_fhir_routes(FhirContext(fhir, settings.base_url), authenticate_request)
+    fhir_routes = build_fhir_routes(FhirContext(fhir, settings.base_url), fhir_access)
     app.router.routes[:0] = fhir_routes
     install_fhir_openapi(app)
     app.include_router(health.router)

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from fhir_server.clock import now_instant
 from fhir_server.store import ResourceStore
-from fhir_server.store.sqlite import now_instant
 
 log = logging.getLogger("healthplatform.events")
 

@@ -1,32 +1,57 @@
-"""The facade kit: declarative /api ⇄ FHIR mappings, a router factory, status tables.
+"""The facade kit: an /api area declares how its payloads map to FHIR; the kit writes the
+routes.
 
-A facade names one FHIR resource type, the pydantic models of its /api payloads (so the
-OpenAPI document shows them), and two mapping functions:
+A :class:`Facade` declares, for one FHIR resource type:
 
-- ``to_fhir(payload, ctx, existing)``: the FHIR resource for a payload; on update
-  ``existing`` is the current resource and only the mapped elements change, so data the
-  resource got elsewhere (FHIR clients, HL7v2) survives an /api update;
-- ``from_fhir(resource)``: the /api view of a stored resource.
+- the pydantic models of its payloads (``create``, ``update``, ``view``, and ``query``
+  for list filters), so the OpenAPI document shows them;
+- ``to_fhir(payload, ctx, existing)``: the FHIR resource for a payload (on update
+  ``existing`` is the current resource and only the mapped elements change, so what the
+  resource got elsewhere — FHIR clients, HL7v2 — survives an /api update), and
+  ``from_fhir(resource)``: the /api view of a stored resource;
+- ``scope``: a parent path parameter (``org_id``, ``patient_id``) that narrows every list
+  and get to that organization or patient, checks the caller may work there, and marks
+  what is created in it (:class:`OrganizationScope`, :class:`PatientScope`);
+- ``fixed`` search criteria every list and get carries (``category=laboratory``), the
+  list's default ``sort``, and the ``query`` model whose fields map to FHIR search
+  parameters (``Annotated[str | None, SearchParam("subject", "Patient/{}")]``);
+- ``unique``: the criteria a create must not match (a 409 with its code);
+- ``statuses``: a :class:`StatusTable`; ``facade.action("cancel", to="revoked")`` mounts
+  ``POST /{id}/cancel``, refused with 409 ``INVALID_TRANSITION`` when the table has no
+  such move;
+- ``events``: the domain events its creates, updates, deletes and moves emit, in the same
+  unit of work as the write (the FHIR resource events come with every write anyway).
 
-Writes go through the FHIR service (validation, versioning, indexing, events happen once).
-The router factory builds list / create / get / update / delete routes with the envelope,
-pagination and an access rule; routes that are not plain CRUD are small functions next to
-the facade that use ``Facade.load`` / ``Facade.save`` and a :class:`StatusTable`.
+``facade.mount(router, prefix, ops=(...))`` mounts list / create / get / update / delete.
+A route that is not CRUD is a small function decorated with ``facade.route(...)``: it
+receives a typed :class:`ItemContext` (the caller, the services, the resource loaded and
+checked for the caller, the request body, the unit of work) and returns the resource to
+answer with.
+
+Access: every route reads and writes through the caller's :class:`CallerFhir` (the
+access policy, :mod:`platform_api.policy`): a list is **one** FHIR search with ``_count``,
+``_sort``, ``_offset`` and ``_total=accurate`` carrying the caller's grants as criteria,
+so ``meta.total`` counts exactly what the caller may see; a get is a read the policy
+checks (403); a write is checked before it is staged; one unit of work per request, and
+a create answers from what it committed.
 """
 
-# No ``from __future__ import annotations`` here: the route functions built in
-# ``Facade.routes`` annotate their bodies with the facade's own models, which FastAPI must
-# see as classes, not as strings it cannot resolve from this module's globals.
+# No ``from __future__ import annotations``: the route functions built here annotate their
+# parameters with the facade's own models, which FastAPI must see as classes.
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Generic, TypeVar
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource, UnitOfWork
+from fhir_server.caller import CallerFhir, FhirUnit
+from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
+from fhir_server.search.plan import MAX_OFFSET
+from fhir_server.store import ResourceGone, ResourceNotFound
 from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
@@ -41,34 +66,206 @@ from platform_api.envelope import (
     ok,
     pagination,
 )
+from platform_api.policy import API_DOOR, PolicyAccess
 from platform_api.services import Services
 
 JSON = dict[str, Any]
+Body = TypeVar("Body", bound=BaseModel)
 
 
-@dataclass(frozen=True, slots=True)
-class MappingContext:
-    """What a mapper may need besides the payload: who is calling, and the services."""
+# -- the context every route gets ----------------------------------------------------------
+@dataclass
+class ApiContext:
+    """Who is calling and what they may reach: the request, the principal, the services,
+    and the FHIR service bound to the caller's access."""
 
+    request: Request
     principal: Principal
     services: Services
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    access: PolicyAccess
+    fhir: CallerFhir
+    _unit: FhirUnit | None = None
+
+    @property
+    def path(self) -> Mapping[str, str]:
+        return self.request.path_params  # type: ignore[no-any-return]
+
+    def unit(self) -> FhirUnit:
+        """The request's unit of work (one per request)."""
+        if self._unit is None:
+            self._unit = self.fhir.unit()
+        return self._unit
+
+    def with_access(self, access: PolicyAccess) -> "ApiContext":
+        """This context acting with ``access`` (``PolicyAccess.adopting``: a membership
+        the same unit of work creates)."""
+        return ApiContext(self.request, self.principal, self.services, access,
+                          CallerFhir(self.services.fhir, access))
 
 
-ToFhir = Callable[[JSON, MappingContext, JSON | None], JSON]
-FromFhir = Callable[[JSON], JSON]
-AccessRule = Callable[[Principal, JSON | None, Services], Awaitable[bool]]
+async def api_context(request: Request, principal: Principal = Depends(current_principal)
+                      ) -> ApiContext:
+    """FastAPI dependency: the :class:`ApiContext` of an /api request."""
+    services: Services = request.app.state.services
+    access = await services.policy.access(principal, API_DOOR)
+    return ApiContext(request, principal, services, access, CallerFhir(services.fhir, access))
 
 
+@dataclass
+class ItemContext(ApiContext, Generic[Body]):
+    """An :class:`ApiContext` for one resource: loaded, checked for the caller, with the
+    route's request body."""
+
+    resource: JSON = field(default_factory=dict)
+    body: Body | None = None
+
+    @property
+    def id(self) -> str:
+        return str(self.resource["id"])
+
+    async def save(self, resource: JSON, *, event: str | None = None,
+                   payload: JSON | None = None) -> JSON:
+        """Store the changed resource (against the version loaded: a concurrent change is
+        a 412), with ``event`` in the same unit of work; the stored resource."""
+        unit = self.unit()
+        version = int(self.resource.get("meta", {}).get("versionId", "0")) or None
+        async with unit:
+            staged = await unit.update(resource, if_match=version)
+            if event is not None:
+                unit.emit(event, payload or {}, source_service=_service_name(self.request))
+            await unit.commit()
+        assert staged.result is not None
+        return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
+
+
+def _service_name(request: Request) -> str:
+    route = request.scope.get("route")
+    tags = getattr(route, "tags", None) or ["api"]
+    return str(tags[0])
+
+
+# -- scopes ------------------------------------------------------------------------------------
+class Scope:
+    """A parent path parameter that narrows a facade's routes (see the module docstring)."""
+
+    param: str = ""
+
+    async def enter(self, ctx: ApiContext, value: str) -> None:
+        """Refuse (404/403) a caller who may not work in this scope."""
+
+    def criteria(self, value: str) -> list[tuple[str, str]]:
+        return []
+
+    def stamp(self, resource: JSON, value: str) -> JSON:
+        """Mark a resource created in the scope."""
+        return resource
+
+    def contains(self, ctx: ApiContext, resource: JSON, value: str) -> bool:
+        return True
+
+
+MEMBERS = "org_members"
+
+
+@dataclass
+class OrganizationScope(Scope):
+    """``/api/organizations/{org_id}/...``: the organization's own resources (owner label
+    ``_security=urn:healthplatform:organization|<org_id>``), for its members and platform
+    administrators; what is created there is owned by it."""
+
+    param: str = "org_id"
+
+    async def enter(self, ctx: ApiContext, value: str) -> None:
+        await require_member(ctx, value)
+
+    def criteria(self, value: str) -> list[tuple[str, str]]:
+        return [("_security", f"{OWNER_SYSTEM}|{value}")]
+
+    def stamp(self, resource: JSON, value: str) -> JSON:
+        return with_owners(resource, owner_labels(resource) | {value})
+
+    def contains(self, ctx: ApiContext, resource: JSON, value: str) -> bool:
+        return value in owner_labels(resource)
+
+
+@dataclass
+class PatientScope(Scope):
+    """``/api/patients/{patient_id}/...``: one patient's records, reached through the
+    reference parameter ``search`` (``subject``, ``patient``); the caller must be able
+    to see the patient."""
+
+    search: str = "subject"
+    param: str = "patient_id"
+
+    async def enter(self, ctx: ApiContext, value: str) -> None:
+        await require_patient(ctx, value)
+
+    def criteria(self, value: str) -> list[tuple[str, str]]:
+        return [(self.search, f"Patient/{value}")]
+
+    def contains(self, ctx: ApiContext, resource: JSON, value: str) -> bool:
+        return value in ctx.fhir.patients_of(resource)
+
+
+async def require_member(ctx: ApiContext, org_id: str) -> str | None:
+    """The caller's role in ``org_id`` (None for a platform administrator); 404 for an
+    unknown organization, 403 for a non-member."""
+    try:
+        await ctx.services.fhir.read("Organization", org_id)
+    except (ResourceNotFound, ResourceGone):
+        raise not_found("Organization") from None
+    role = ctx.access.subject.role_in(org_id)
+    if role is None and not ctx.access.subject.unrestricted:
+        raise forbidden("You are not a member of this organization")
+    return role
+
+
+async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
+    """The patient, when the caller may see it (404 unknown, 403 not theirs to see)."""
+    patient = await ctx.fhir.find_json("Patient", patient_id)
+    if patient is None:
+        raise not_found("Patient")
+    return patient
+
+
+# -- search parameters of list filters ---------------------------------------------------------
+@dataclass(frozen=True)
+class SearchParam:
+    """Metadata of a ``query`` model field: the FHIR search parameter it becomes, with
+    ``template`` formatting the value (``"Patient/{}"``; path parameters by name:
+    ``"urn:x:{org_id}|{}"``)."""
+
+    name: str
+    template: str = "{}"
+
+
+def _filter_params(query: BaseModel | None, path: Mapping[str, str]
+                   ) -> list[tuple[str, str]]:
+    if query is None:
+        return []
+    params = []
+    for name, info in type(query).model_fields.items():
+        value = getattr(query, name)
+        target = next((m for m in info.metadata if isinstance(m, SearchParam)), None)
+        if value is None or target is None:
+            continue
+        text = value if isinstance(value, str) else str(getattr(value, "value", value))
+        params.append((target.name, target.template.format(text, **path)))
+    return params
+
+
+# -- status tables ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StatusTable:
     """Allowed status moves of a resource; a refused move is a 409 INVALID_TRANSITION."""
 
     moves: Mapping[str, frozenset[str]]
+    element: str = "status"  # the FHIR element holding the status
 
     @classmethod
-    def of(cls, **moves: Sequence[str]) -> "StatusTable":
-        return cls({state.replace("_", "-"): frozenset(nxt) for state, nxt in moves.items()})
+    def of(cls, element: str = "status", **moves: Sequence[str]) -> "StatusTable":
+        return cls({state.replace("_", "-"): frozenset(nxt) for state, nxt in moves.items()},
+                   element)
 
     def check(self, current: str, target: str) -> None:
         if target not in self.moves.get(current, frozenset()):
@@ -76,152 +273,350 @@ class StatusTable:
             raise conflict("INVALID_TRANSITION",
                            f"Cannot move from {current!r} to {target!r} (allowed: {allowed})")
 
-
-async def allow_all(principal: Principal, resource: JSON | None, services: Services) -> bool:
-    return True
-
-
-async def platform_admin_only(principal: Principal, resource: JSON | None,
-                              services: Services) -> bool:
-    return principal.is_platform_admin
+    def move(self, resource: JSON, target: str) -> JSON:
+        current = str(resource.get(self.element, ""))
+        self.check(current, target)
+        return {**resource, self.element: target}
 
 
-@dataclass
-class Access:
-    read: AccessRule = allow_all
-    write: AccessRule = allow_all
-    list: AccessRule = allow_all
+@dataclass(frozen=True)
+class Unique:
+    """What a create must not duplicate: the criteria (from the FHIR resource about to be
+    created) and the 409 code and message when a visible resource already matches."""
+
+    criteria: Callable[[JSON], list[tuple[str, str]]]
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Events:
+    """Domain events of a facade: topics for created / updated / deleted, and the payload
+    (from the stored resource's /api view, by default the view itself)."""
+
+    created: str | None = None
+    updated: str | None = None
+    deleted: str | None = None
+    payload: Callable[[JSON], JSON] | None = None
+
+
+ToFhir = Callable[[JSON, ApiContext, JSON | None], JSON]
+FromFhir = Callable[[JSON], JSON]
+Views = Callable[[ApiContext, list[JSON]], Awaitable[list[JSON]]]
+ItemHandler = Callable[[ItemContext[Any]], Awaitable[JSON]]
+Prepare = Callable[[ApiContext, JSON], Awaitable[JSON]]
+ListCriteria = Callable[[ApiContext, Any], list[tuple[str, str]]]
 
 
 @dataclass
 class Facade:
     resource: str
-    create_model: type[BaseModel]
-    view_model: type[BaseModel]
+    name: str
+    create: type[BaseModel]
+    view: type[BaseModel]
     to_fhir: ToFhir
     from_fhir: FromFhir
-    update_model: type[BaseModel] | None = None
-    access: Access = field(default_factory=Access)
-    name: str = ""
+    update: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    scope: Scope | None = None
+    fixed: Sequence[tuple[str, str]] = ()
+    sort: str = "-_lastUpdated"
+    unique: Unique | None = None
+    statuses: StatusTable | None = None
+    events: Events = field(default_factory=Events)
+    # Views of many resources at once, when a view needs more than the resource
+    # (results with their observations): one query for the page, not one per item.
+    views: Views | None = None
+    # Fills in a create's payload before it is mapped (a generated number, a default).
+    prepare: Prepare | None = None
+    # Criteria a list adds from the caller and its filters (e.g. "my own orders").
+    list_criteria: ListCriteria | None = None
+    summaries: Mapping[str, str] = field(default_factory=dict)
+    # Its creates belong to no organization (a user's own record), whoever writes them.
+    ownerless: bool = False
+    tags: Sequence[str] = ()
+    _router: APIRouter | None = None
+    _prefix: str = ""
 
-    def __post_init__(self) -> None:
-        self.name = self.name or self.resource
+    # -- building blocks ---------------------------------------------------------------------
+    async def render(self, ctx: ApiContext, resources: list[JSON]) -> list[JSON]:
+        if self.views is not None:
+            return await self.views(ctx, resources)
+        return [self.from_fhir(r) for r in resources]
 
-    # -- building blocks for custom routes -------------------------------------------
-    async def load(self, services: Services, resource_id: str) -> tuple[JSON, StoredResource]:
+    async def render_one(self, ctx: ApiContext, resource: JSON) -> JSON:
+        return (await self.render(ctx, [resource]))[0]
+
+    def _scope_value(self, ctx: ApiContext) -> str | None:
+        return ctx.path.get(self.scope.param) if self.scope is not None else None
+
+    async def enter(self, ctx: ApiContext) -> None:
+        value = self._scope_value(ctx)
+        if self.scope is not None and value is not None:
+            await self.scope.enter(ctx, value)
+
+    async def load(self, ctx: ApiContext, resource_id: str) -> JSON:
+        """The resource, read as the caller (404 unknown or outside the scope and the fixed
+        criteria, 403 not the caller's to see)."""
+        await self.enter(ctx)
         try:
-            stored = await services.fhir.read(self.resource, resource_id)
+            resource = await ctx.fhir.read_json(self.resource, resource_id)
         except (ResourceNotFound, ResourceGone):
             raise not_found(self.name) from None
-        return orjson.loads(stored.body), stored
-
-    def view(self, resource: JSON) -> JSON:
-        return self.from_fhir(resource)
-
-    def stage_new(self, uow: UnitOfWork, payload: JSON, ctx: MappingContext) -> JSON:
-        """Stage the create of the resource for ``payload``; returns the FHIR resource with
-        its assigned id (meta is filled in at commit)."""
-        resource = self.to_fhir(payload, ctx, None)
-        staged = ctx.services.fhir.stage_create(uow, resource)
-        resource["id"] = staged.id
+        value = self._scope_value(ctx)
+        if (self.scope is not None and value is not None
+                and not self.scope.contains(ctx, resource, value)) \
+                or not _fixed_hold(resource, self.fixed):
+            raise not_found(self.name)
         return resource
 
-    async def create(self, payload: JSON, ctx: MappingContext) -> JSON:
-        async with ctx.services.store.unit_of_work() as uow:
-            staged = ctx.services.fhir.stage_create(uow, self.to_fhir(payload, ctx, None))
-            await uow.commit()
-        assert staged.result is not None
-        return self.view(orjson.loads(staged.result.body))
+    async def search(self, ctx: ApiContext, page: Pagination, extra: Sequence[tuple[str, str]]
+                     = ()) -> tuple[list[JSON], int]:
+        """One page of the caller's resources (scope, fixed criteria, ``extra``), with the
+        exact total of what the caller may see."""
+        await self.enter(ctx)
+        if page.offset + page.limit > MAX_OFFSET:
+            raise ApiError(422, "VALIDATION_ERROR", f"page is too deep: at most "
+                           f"{MAX_OFFSET} items can be paged through; narrow the list",
+                           field="page")
+        value = self._scope_value(ctx)
+        params = [*(self.scope.criteria(value) if self.scope and value else []),
+                  *self.fixed, *extra, ("_sort", self.sort)]
+        plan = await ctx.fhir.parse([self.resource], params, strict=True)
+        plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
+        result = await ctx.fhir.search_page(plan)
+        return [orjson.loads(s.body) for s in result.resources], result.total or 0
 
-    async def save(self, resource: JSON, stored: StoredResource, services: Services) -> JSON:
-        """Store a changed resource, refusing if someone else changed it meanwhile."""
-        async with services.store.unit_of_work() as uow:
-            staged = services.fhir.stage_update(uow, resource, if_match=stored.version)
-            await uow.commit()
-        assert staged.result is not None
-        return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
+    async def create_from(self, ctx: ApiContext, payload: JSON) -> JSON:
+        """Map, stage, emit and commit a create in the request's unit of work; the stored
+        resource (as committed: no re-read)."""
+        if self.prepare is not None:
+            payload = await self.prepare(ctx, payload)
+        resource = self.to_fhir(payload, ctx, None)
+        value = self._scope_value(ctx)
+        if self.scope is not None and value is not None:
+            resource = self.scope.stamp(resource, value)
+        unit = ctx.unit()
+        async with unit:
+            staged = await unit.create(
+                resource, expected_type=self.resource, ownerless=self.ownerless,
+                if_none_exist=self.unique.criteria(resource) if self.unique else None)
+            if self.events.created:
+                unit.after_writes(lambda staging: None if staged.existing else staging.emit(
+                    self.events.created or "", self._event_payload(staged_body(staged)),
+                    source_service=self._source()))
+            await unit.commit()
+        if staged.existing and self.unique is not None:
+            raise conflict(self.unique.code, self.unique.message)
+        return staged_body(staged)
 
-    async def update(self, resource_id: str, payload: JSON, ctx: MappingContext) -> JSON:
-        current, stored = await self.load(ctx.services, resource_id)
-        if not await self.access.write(ctx.principal, current, ctx.services):
-            raise forbidden()
+    def _event_payload(self, resource: JSON) -> JSON:
+        return self.events.payload(resource) if self.events.payload else self.from_fhir(resource)
+
+    def _source(self) -> str:
+        return (self.tags or [self.name.lower()])[0]
+
+    async def update_from(self, ctx: ApiContext, resource_id: str, payload: JSON) -> JSON:
+        current = await self.load(ctx, resource_id)
         changed = self.to_fhir(payload, ctx, current)
-        return self.view(await self.save(changed, stored, ctx.services))
+        item = self._item(ctx, current, None)
+        saved = await item.save(changed, event=self.events.updated,
+                                payload=self._event_payload({**changed, "id": resource_id}))
+        return saved
 
-    # -- router factory ----------------------------------------------------------------
-    def routes(self, prefix: str, ops: Sequence[str] = ("list", "create", "get", "update",
-                                                      "delete"),
-               *, tags: Sequence[str] = (), update_method: str = "PUT") -> APIRouter:
-        router = APIRouter(prefix=prefix, tags=list(tags) or [self.name])
-        facade = self
-        create_model = self.create_model
-        update_model = self.update_model or self.create_model
-        view_env = Envelope[self.view_model]  # type: ignore[name-defined]
-        page_env = PageEnvelope[self.view_model]  # type: ignore[name-defined]
+    async def delete_one(self, ctx: ApiContext, resource_id: str) -> None:
+        current = await self.load(ctx, resource_id)
+        unit = ctx.unit()
+        async with unit:
+            await unit.delete(self.resource, resource_id,
+                              if_match=int(current.get("meta", {}).get("versionId", 0)) or None)
+            if self.events.deleted:
+                unit.emit(self.events.deleted, self._event_payload(current),
+                          source_service=self._source())
+            await unit.commit()
 
-        def services_of(request: Request) -> Services:
-            return request.app.state.services  # type: ignore[no-any-return]
+    def _item(self, ctx: ApiContext, resource: JSON, body: BaseModel | None) -> ItemContext[Any]:
+        return ItemContext(ctx.request, ctx.principal, ctx.services, ctx.access, ctx.fhir,
+                           None, resource, body)
+
+    # -- routes --------------------------------------------------------------------------------
+    def mount(self, router: APIRouter, prefix: str,
+              ops: Sequence[str] = ("list", "create", "get", "update", "delete"), *,
+              update_method: str = "PUT") -> None:
+        """Mount the CRUD routes ``ops`` under ``prefix``; ``facade.route`` and
+        ``facade.action`` then add routes under the same prefix."""
+        self._router, self._prefix = router, prefix
+        said = {"list": f"List {self.name} records", "create": f"Create a {self.name}",
+                "get": f"Get a {self.name}", "update": f"Update a {self.name}",
+                "delete": f"Delete a {self.name}", **self.summaries}
+        scope = _path_params(prefix)
+        view_env, page_env = Envelope[self.view], PageEnvelope[self.view]  # type: ignore[name-defined]
+        facade, query_model = self, self.query
 
         if "list" in ops:
-            @router.get("", response_model=page_env, summary=f"List {self.name} records")
-            async def list_route(request: Request, page: Pagination = Depends(pagination),
-                                 principal: Principal = Depends(current_principal)) -> Any:
-                services = services_of(request)
-                if not await facade.access.list(principal, None, services):
-                    raise forbidden()
-                found, total = await services.store.list_ids(
-                    facade.resource, count=page.limit, offset=page.offset)
-                return page.respond([facade.view(orjson.loads(s.body)) for s in found], total)
+            async def list_route(ctx: ApiContext = Depends(api_context),
+                                 page: Pagination = Depends(pagination),
+                                 query: Any = None, **path: str) -> Any:
+                criteria = _filter_params(query, ctx.path)
+                if facade.list_criteria is not None:
+                    criteria += facade.list_criteria(ctx, query)
+                found, total = await facade.search(ctx, page, criteria)
+                return page.respond(await facade.render(ctx, found), total)
+            _declare(list_route, scope, query=query_model)
+            router.add_api_route(prefix, list_route, methods=["GET"], response_model=page_env,
+                                 summary=said["list"], tags=list(self.tags) or None)
 
         if "create" in ops:
-            @router.post("", status_code=201, response_model=view_env,
-                         summary=f"Create a {self.name}")
-            async def create_route(request: Request, body: create_model,  # type: ignore[valid-type]
-                                   principal: Principal = Depends(current_principal)) -> Any:
-                payload: BaseModel = body
-                services = services_of(request)
-                if not await facade.access.write(principal, None, services):
-                    raise forbidden()
-                ctx = MappingContext(principal, services)
-                return created(await facade.create(payload.model_dump(exclude_unset=True), ctx))
+            create_model = self.create
+
+            async def create_route(body: Any, ctx: ApiContext = Depends(api_context),
+                                   **path: str) -> Any:
+                await facade.enter(ctx)
+                stored = await facade.create_from(ctx, body.model_dump(exclude_unset=True))
+                return created(await facade.render_one(ctx, stored))
+            _declare(create_route, scope, body=create_model)
+            router.add_api_route(prefix, create_route, methods=["POST"], status_code=201,
+                                 response_model=view_env, summary=said["create"],
+                                 tags=list(self.tags) or None)
 
         if "get" in ops:
-            @router.get("/{resource_id}", response_model=view_env,
-                        summary=f"Get a {self.name}")
-            async def get_route(request: Request, resource_id: str,
-                                principal: Principal = Depends(current_principal)) -> Any:
-                services = services_of(request)
-                resource, _ = await facade.load(services, resource_id)
-                if not await facade.access.read(principal, resource, services):
-                    raise forbidden()
-                return ok(facade.view(resource))
+            async def get_route(resource_id: str, ctx: ApiContext = Depends(api_context),
+                                **path: str) -> Any:
+                return ok(await facade.render_one(ctx, await facade.load(ctx, resource_id)))
+            _declare(get_route, scope)
+            router.add_api_route(prefix + "/{resource_id}", get_route, methods=["GET"],
+                                 response_model=view_env, summary=said["get"],
+                                 tags=list(self.tags) or None)
 
         if "update" in ops:
-            @router.api_route("/{resource_id}", methods=[update_method], response_model=view_env,
-                              summary=f"Update a {self.name}")
-            async def update_route(request: Request, resource_id: str,
-                                   body: update_model,  # type: ignore[valid-type]
-                                   principal: Principal = Depends(current_principal)) -> Any:
-                payload: BaseModel = body
-                ctx = MappingContext(principal, services_of(request))
-                return ok(await facade.update(resource_id,
-                                              payload.model_dump(exclude_unset=True), ctx))
+            update_model = self.update or self.create
+
+            async def update_route(resource_id: str, body: Any,
+                                   ctx: ApiContext = Depends(api_context), **path: str) -> Any:
+                saved = await facade.update_from(ctx, resource_id,
+                                                 body.model_dump(exclude_unset=True))
+                return ok(await facade.render_one(ctx, saved))
+            _declare(update_route, scope, body=update_model)
+            router.add_api_route(prefix + "/{resource_id}", update_route,
+                                 methods=[update_method], response_model=view_env,
+                                 summary=said["update"], tags=list(self.tags) or None)
 
         if "delete" in ops:
-            @router.delete("/{resource_id}", summary=f"Delete a {self.name}")
-            async def delete_route(request: Request, resource_id: str,
-                                   principal: Principal = Depends(current_principal)) -> Any:
-                services = services_of(request)
-                resource, stored = await facade.load(services, resource_id)
-                if not await facade.access.write(principal, resource, services):
-                    raise forbidden()
-                await services.fhir.delete(facade.resource, resource_id,
-                                           if_match=stored.version)
+            async def delete_route(resource_id: str, ctx: ApiContext = Depends(api_context),
+                                   **path: str) -> Any:
+                await facade.delete_one(ctx, resource_id)
                 return ok({"id": resource_id, "deleted": True})
+            _declare(delete_route, scope)
+            router.add_api_route(prefix + "/{resource_id}", delete_route, methods=["DELETE"],
+                                 summary=said["delete"], tags=list(self.tags) or None)
 
-        return router
+    def route(self, method: str, path: str, *, summary: str, body: type[BaseModel] | None
+              = None, status_code: int = 200, load: bool = True
+              ) -> Callable[[ItemHandler], ItemHandler]:
+        """Mount ``handler(ctx: ItemContext) -> resource`` at ``prefix + path`` (``path``
+        names the item ``{resource_id}``); the answer is the view of what it returns."""
+        facade, router = self, self._mounted()
+        scope = _path_params(self._prefix)
+
+        def decorate(handler: ItemHandler) -> ItemHandler:
+            async def endpoint(resource_id: str, request_body: Any = None,
+                               ctx: ApiContext = Depends(api_context), **path: str) -> Any:
+                resource = await facade.load(ctx, resource_id) if load else {"id": resource_id}
+                result = await handler(facade._item(ctx, resource, request_body))
+                return ok(await facade.render_one(ctx, result), status_code)
+            _declare(endpoint, scope, body=body, body_name="request_body")
+            endpoint.__name__ = handler.__name__
+            endpoint.__doc__ = handler.__doc__
+            router.add_api_route(self._prefix + path, endpoint, methods=[method],
+                                 status_code=status_code,
+                                 response_model=Envelope[self.view],  # type: ignore[name-defined]
+                                 summary=summary, tags=list(self.tags) or None)
+            return handler
+        return decorate
+
+    def action(self, name: str, *, to: str, summary: str, event: str | None = None,
+               change: Callable[[JSON, ItemContext[Any]], JSON] | None = None) -> None:
+        """``POST {prefix}/{resource_id}/{name}``: move the status to ``to`` through the
+        status table (409 INVALID_TRANSITION when refused), apply ``change`` (e.g. record
+        who signed), save, emit ``event``."""
+        table = self.statuses
+        if table is None:
+            raise ValueError(f"{self.name} has no status table for the action {name!r}")
+
+        async def move(ctx: ItemContext[Any]) -> JSON:
+            moved = table.move(ctx.resource, to)
+            if change is not None:
+                moved = change(moved, ctx)
+            return await ctx.save(moved, event=event, payload=self._event_payload(moved))
+        move.__name__ = f"{name}_{self.resource.lower()}"
+        self.route("POST", "/{resource_id}/" + name, summary=summary)(move)
+
+    def _mounted(self) -> APIRouter:
+        if self._router is None:
+            raise RuntimeError(f"mount the {self.name} facade before adding routes to it")
+        return self._router
+
+
+def staged_body(staged: Any) -> JSON:
+    assert staged.result is not None
+    return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
+
+
+def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]]) -> bool:
+    """A loaded resource must match the facade's fixed criteria on the elements they name
+    (the common ``category`` and ``intent`` codes); others are checked by the lists'
+    searches only."""
+    for param, value in fixed:
+        code = value.rsplit("|", 1)[-1]
+        if param == "category":
+            codes = {c.get("code") for cat in resource.get("category") or []
+                     for c in (cat.get("coding") or [])}
+            if code not in codes:
+                return False
+        elif param in ("intent", "status") and resource.get(param) != code:
+            return False
+    return True
 
 
 def require(condition: bool, message: str = "You do not have permission to do this") -> None:
     if not condition:
         raise ApiError(403, "FORBIDDEN", message)
+
+
+# -- building endpoint signatures --------------------------------------------------------------
+def _path_params(prefix: str) -> list[str]:
+    return [part[1:-1] for part in prefix.split("/") if part.startswith("{")]
+
+
+def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
+             body: type[BaseModel] | None = None, body_name: str = "body",
+             query: type[BaseModel] | None = None) -> None:
+    """Give ``endpoint`` (which takes ``**path``) the signature FastAPI should see: the
+    prefix's path parameters (documented, and read by the scope from the request), the
+    body model, the query model of list filters."""
+    signature = inspect.signature(endpoint)
+    params = []
+    for param in signature.parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        if param.name == body_name:
+            if body is None:
+                continue
+            param = param.replace(annotation=body, default=inspect.Parameter.empty)
+        elif param.name == "query":
+            if query is None:
+                continue
+            param = param.replace(annotation=Annotated[query, Query()],
+                                  default=inspect.Parameter.empty)
+        params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+    path = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=str)
+            for name in scope]
+    endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*path, *params])
+
+
+__all__ = [
+    "ApiContext", "Events", "Facade", "ItemContext", "OrganizationScope", "PatientScope",
+    "Scope", "SearchParam", "StatusTable", "Unique", "api_context", "require",
+    "require_member", "require_patient",
+]

@@ -7,11 +7,15 @@ Routes and what they map to:
   (``hl7_gateway.gateway``); the envelope's data holds the ACK(s). The HTTP status says the
   request reached the gateway; the ACK says what became of the message, exactly as on
   MLLP (an AE or AR is still a 200 carrying that ACK). Who may ingest: API keys (scope
-  ``lab:write``), platform administrators and members of an organization (labs and
-  clinics); a patient account may not push results.
+  ``lab:write``), platform administrators and members whose role writes lab results
+  (labs and clinics); a patient account may not push results. What a message stores
+  belongs to the organizations that own the patient it is about (``fhir_server.ownership``).
 - ``GET /api/patients/:id/lab-results``: a lab result is a FHIR **DiagnosticReport** (one
-  per order: OBR) with its **Observations** (OBX) inlined as ``results``, newest first.
-  The patient themself, members of an organization that registered the patient, admins.
+  per order: OBR) with its **Observations** (OBX) inlined as ``results``, newest first
+  (``_sort=-date``; one search with ``_include=DiagnosticReport:result`` and
+  ``_revinclude=Task:focus`` for the page). Whoever the access policy lets see the
+  patient's records: the patient, members of the organizations that own them, consent
+  holders, admins.
 - ``PATCH /api/lab-results/:id/review``: a clinician acknowledges a result. Recorded as a
   FHIR **Task** (code ``lab-result-review``, status completed, ``focus`` the version-
   specific DiagnosticReport reviewed, ``for`` the patient, ``owner`` the reviewer,
@@ -19,8 +23,9 @@ Routes and what they map to:
   those belong to the lab, and a corrected result from the lab replaces them (the
   gateway's conditional update), which would silently wipe a review stored inside them.
   Because the Task points at the version reviewed, a correction arriving after the review
-  shows as ``review.current: false`` (needs another look). Reviewers: admins and members
-  of an organization that registered the patient (not the patient).
+  shows as ``review.current: false`` (needs another look). Reviewers: whoever the policy
+  lets write a Task in the patient's record (clinicians of the owning organizations, not
+  the patient).
 - ``/api/labs``: lab orders as FHIR **ServiceRequest** (intent order, category
   laboratory procedure):
 
@@ -36,49 +41,46 @@ Routes and what they map to:
   order and an ORU's DiagnosticReport points at it (``based-on``); the order view lists
   those results. Status table: draft → active | revoked; active → on-hold | completed |
   revoked; on-hold → active | revoked; completed and revoked are final.
-  ``POST /api/labs/:id/cancel`` moves to revoked. Who ordered what is also kept in the
-  ``lab_orders`` documents, so a clinician can list their own orders.
+  ``POST /api/labs/:id/cancel`` moves to revoked. ``GET /api/labs`` without
+  ``patient_id`` lists the caller's own orders (``requester:identifier``
+  ``urn:healthplatform:user|<id>``; every lab order for platform administrators).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, ValidationError
 
-from fhir_server.store.sqlite import now_instant
+from fhir_server.access import CREATE, may_touch_type
+from fhir_server.clock import now_instant
 from hl7_gateway.gateway import FAILED_TOPIC, HL7Gateway
 from hl7_gateway.listener import server_tls_context, start_listener
 from hl7_gateway.mllp import MLLPServer
 from hl7_gateway.parser import encode_message
 from hl7_gateway.v2_to_fhir.obr import PLATFORM_PLACER_SYSTEM
-from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
-from platform_api.envelope import (
-    ApiError,
-    Envelope,
-    PageEnvelope,
-    Pagination,
-    created,
-    forbidden,
-    not_found,
-    ok,
-    pagination,
+from platform_api.envelope import ApiError, Envelope, forbidden, ok
+from platform_api.facade import (
+    ApiContext,
+    Facade,
+    ItemContext,
+    PatientScope,
+    SearchParam,
+    StatusTable,
+    api_context,
+    require_patient,
 )
-from platform_api.facade import StatusTable
-from platform_api.organizations import MEMBERS, membership
-from platform_api.patients import ORG_PATIENTS, can_access_patient
 from platform_api.services import Services
 
-__all__ = ["LAB_ORDERS", "hl7_gateway", "router", "start_hl7"]
+__all__ = ["hl7_gateway", "router", "start_hl7"]
 
 JSON = dict[str, Any]
-LAB_ORDERS = "lab_orders"
 GATEWAY = "hl7_gateway"
 MLLP_SERVER = "mllp_server"
 HL7_MEDIA_TYPES = frozenset({"x-application/hl7-v2+er7", "application/hl7-v2",
@@ -240,21 +242,165 @@ class LabOrderView(BaseModel):
     result_ids: list[str] = []
 
 
+
+
+# --- lab results --------------------------------------------------------------------------
+
+
+async def lab_result_views(ctx: ApiContext, reports: list[JSON]) -> list[JSON]:
+    """Views of reports with their observations and latest reviews: one search for the
+    page (``_include`` the results, ``_revinclude`` the review Tasks), as the caller."""
+    if not reports:
+        return []
+    bundle = await ctx.fhir.search("DiagnosticReport", [
+        ("_id", ",".join(r["id"] for r in reports)),
+        ("_include", "DiagnosticReport:result"), ("_revinclude", "Task:focus")],
+        included=True)
+    included = {(r["resourceType"], r["id"]): r for r in bundle}
+    reviews: dict[str, JSON] = {}
+    for task in (r for (kind, _id), r in included.items() if kind == "Task"):
+        report_id = next((i["value"] for i in task.get("identifier", [])
+                          if i.get("system") == REVIEW_SYSTEM), None)
+        stamp = (task.get("executionPeriod") or {}).get("end", "")
+        seen = reviews.get(report_id or "")
+        if report_id and (seen is None or stamp > (seen.get("executionPeriod") or {}).get(
+                "end", "")):
+            reviews[report_id] = task
+    observations = {i: r for (kind, i), r in included.items() if kind == "Observation"}
+    return [lab_result_view(r, observations, reviews.get(r["id"])) for r in reports]
+
+
+def _no_payload(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
+    raise ApiError(405, "METHOD_NOT_ALLOWED", "Lab results are written by the lab (HL7v2)")
+
+
+patient_lab_results = Facade(
+    resource="DiagnosticReport", name="Lab result", create=ReviewRequest,
+    view=LabResultView, to_fhir=_no_payload, from_fhir=lambda r: r,
+    views=lab_result_views, scope=PatientScope("subject"), sort="-date", tags=["labs"],
+    summaries={"list": "A patient's lab results (reports with their observations), "
+                       "newest first"},
+)
+lab_results = Facade(
+    resource="DiagnosticReport", name="Lab result", create=ReviewRequest, view=LabResultView,
+    to_fhir=_no_payload, from_fhir=lambda r: r, views=lab_result_views, tags=["labs"],
+)
+
+
+def review_task(report: JSON, principal: Principal, comment: str | None, when: str) -> JSON:
+    version = report.get("meta", {}).get("versionId")
+    focus = f"DiagnosticReport/{report['id']}" + (f"/_history/{version}" if version else "")
+    task: JSON = {
+        "resourceType": "Task", "status": "completed", "intent": "order",
+        "identifier": [{"system": REVIEW_SYSTEM, "value": report["id"]}],
+        "code": {"coding": [{"system": TASK_CODES, "code": "lab-result-review",
+                             "display": "Review of a lab result"}]},
+        "focus": {"reference": focus}, "authoredOn": when, "lastModified": when,
+        "executionPeriod": {"start": when, "end": when},
+        "owner": {"identifier": {"system": USER_SYSTEM, "value": principal.user_id},
+                  "display": principal.email or principal.user_id},
+    }
+    if report.get("subject"):
+        task["for"] = report["subject"]
+    if comment:
+        task["note"] = [{"text": comment}]
+    return task
+
+
+# --- lab orders -------------------------------------------------------------------------------
+
+
+def order_to_fhir(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
+    principal = ctx.principal
+    order = orjson.loads(orjson.dumps(existing)) if existing else {
+        "resourceType": "ServiceRequest", "status": "active", "intent": "order",
+        "category": [LAB_PROCEDURE], "subject": {"reference": f"Patient/{payload['patient_id']}"},
+        "identifier": [{"type": PLAC, "system": PLATFORM_PLACER_SYSTEM,
+                        "value": "HP" + uuid.uuid4().hex[:12].upper()}],
+        "authoredOn": now_instant(),
+        "requester": {"identifier": {"system": USER_SYSTEM, "value": principal.user_id},
+                      "display": principal.email or principal.user_id},
+    }
+    if payload.get("test_type"):
+        order["code"] = {"text": payload["test_type"]}
+    if payload.get("priority"):
+        order["priority"] = payload["priority"]
+    if "notes" in payload:
+        if payload["notes"]:
+            order["note"] = [{"text": payload["notes"]}]
+        else:
+            order.pop("note", None)
+    return order  # type: ignore[no-any-return]
+
+
+def order_view(order: JSON, result_ids: Sequence[str] = ()) -> JSON:
+    requester = order.get("requester") or {}
+    return LabOrderView(
+        id=order["id"], patient_id=_local_id(order.get("subject"), "Patient"),
+        test_type=_concept_text(order.get("code")), priority=order.get("priority"),
+        notes=(order.get("note") or [{}])[0].get("text"), status=order["status"],
+        placer_order_number=_identifier(order, "PLAC"),
+        filler_order_number=_identifier(order, "FILL"),
+        requested_by=(requester.get("identifier") or {}).get("value")
+        or requester.get("display"),
+        created_at=order.get("authoredOn"), updated_at=order.get("meta", {}).get("lastUpdated"),
+        result_ids=list(result_ids),
+    ).model_dump()
+
+
+async def order_views(ctx: ApiContext, orders: list[JSON]) -> list[JSON]:
+    """Views with the ids of the results reported for each order (one search)."""
+    if not orders:
+        return []
+    reports = await ctx.fhir.search("DiagnosticReport", [
+        ("based-on", ",".join(f"ServiceRequest/{o['id']}" for o in orders))])
+    results: dict[str, list[str]] = {}
+    for report in reports:
+        for ref in report.get("basedOn", []):
+            if (order_id := _local_id(ref, "ServiceRequest")) is not None:
+                results.setdefault(order_id, []).append(report["id"])
+    return [order_view(o, results.get(o["id"], [])) for o in orders]
+
+
+class LabOrderQuery(BaseModel):
+    patient_id: Annotated[str | None, SearchParam("subject", "Patient/{}")] = Field(
+        None, max_length=64, description="A patient's orders (default: your own)")
+    status: Annotated[OrderStatus | None, SearchParam("status")] = None
+
+
+def _own_orders(ctx: ApiContext, query: LabOrderQuery | None) -> list[tuple[str, str]]:
+    """Without ``patient_id``: the caller's own orders (every lab order, for platform
+    administrators)."""
+    criteria = [("category", "http://snomed.info/sct|108252007")]
+    if (query is None or query.patient_id is None) and not ctx.access.subject.unrestricted:
+        criteria.append(("requester:identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}"))
+    return criteria
+
+
+async def _known_patient(ctx: ApiContext, payload: JSON) -> JSON:
+    await require_patient(ctx, payload["patient_id"])
+    return payload
+
+
+lab_orders = Facade(
+    resource="ServiceRequest", name="Lab order", create=LabOrderCreate,
+    update=LabOrderUpdate, view=LabOrderView, query=LabOrderQuery, to_fhir=order_to_fhir,
+    from_fhir=order_view, views=order_views, statuses=ORDER_STATUS, prepare=_known_patient,
+    list_criteria=_own_orders, sort="-authored", tags=["labs"],
+    summaries={"create": "Order a lab test (a FHIR ServiceRequest with a placer number)",
+               "list": "List lab orders: a patient's (patient_id), else the caller's own",
+               "get": "A lab order, with the ids of the results reported for it"},
+)
+
 router = APIRouter(tags=["labs"])
-
-
-def _services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
-
-
 # --- HL7 ingest -------------------------------------------------------------------------------
 
 
-async def _may_ingest(services: Services, principal: Principal) -> bool:
-    if principal.kind == "api_key" or principal.is_platform_admin:
-        return True
-    return bool(await services.store.find_documents(MEMBERS, {"user_id": principal.user_id},
-                                                    limit=1))
+def _may_ingest(ctx: ApiContext) -> bool:
+    """API keys (the access table checked their ``lab:write`` scope), platform
+    administrators, and members whose role writes lab results in some organization."""
+    return ctx.principal.kind == "api_key" or may_touch_type(ctx.access, CREATE,
+                                                             "DiagnosticReport")
 
 
 async def _message_bytes(request: Request) -> bytes:
@@ -289,16 +435,12 @@ _INGEST_BODY = {"requestBody": {"required": True, "content": {
 @router.post("/api/lab/hl7-ingest", response_model=Envelope[IngestView],
              summary="Ingest one HL7 v2 message; the data holds its ACK",
              openapi_extra=_INGEST_BODY)
-async def ingest(request: Request, principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    if not await _may_ingest(services, principal):
-        raise forbidden("Only labs, organization members and administrators may send HL7")
+async def ingest(request: Request, ctx: ApiContext = Depends(api_context)) -> Any:
+    if not _may_ingest(ctx):
+        raise forbidden("Only labs, clinicians' organizations and administrators may send HL7")
     raw = await _message_bytes(request)
-    processed = await hl7_gateway(services).process(raw)
+    processed = await hl7_gateway(ctx.services).process(raw)
     return ok(processed.to_json())
-
-
-# --- lab results ------------------------------------------------------------------------------
 
 
 def _coding(concept: JSON | None) -> JSON:
@@ -407,264 +549,41 @@ def lab_result_view(report: JSON, observations: dict[str, JSON], review: JSON | 
     }).model_dump()
 
 
-async def _observations_of(services: Services, reports: Sequence[JSON]) -> dict[str, JSON]:
-    ids = [i for r in reports for ref in r.get("result", [])
-           if (i := _local_id(ref, "Observation"))]
-    if not ids:
-        return {}
-    found = await services.fhir.search("Observation", [("_id", ",".join(ids))])
-    return {o["id"]: o for o in found}
 
 
-async def _reviews_of(services: Services, reports: Sequence[JSON]) -> dict[str, JSON]:
-    if not reports:
-        return {}
-    tokens = ",".join(f"{REVIEW_SYSTEM}|{r['id']}" for r in reports)
-    latest: dict[str, JSON] = {}
-    for task in await services.fhir.search("Task", [("identifier", tokens)]):
-        report_id = task["identifier"][0]["value"]
-        stamp = (task.get("executionPeriod") or {}).get("end", "")
-        seen = latest.get(report_id)
-        if seen is None or stamp > (seen.get("executionPeriod") or {}).get("end", ""):
-            latest[report_id] = task
-    return latest
+patient_lab_results.mount(router, "/api/patients/{patient_id}/lab-results", ops=("list",))
+lab_results.mount(router, "/api/lab-results", ops=())
+lab_orders.mount(router, "/api/labs", ops=("list", "create", "get"))
+lab_orders.action("cancel", to="revoked", summary="Cancel a lab order (status revoked)")
 
 
-async def _views(services: Services, reports: Sequence[JSON]) -> list[JSON]:
-    observations = await _observations_of(services, reports)
-    reviews = await _reviews_of(services, reports)
-    return [lab_result_view(r, observations, reviews.get(r["id"])) for r in reports]
+@lab_results.route("PATCH", "/{resource_id}/review", body=ReviewRequest,
+                   summary="Record that a clinician reviewed a lab result")
+async def review_lab_result(ctx: ItemContext[ReviewRequest]) -> JSON:
+    """A Task in the patient's record (the policy decides who may write one: the
+    patient's clinicians, not the patient)."""
+    report, when = ctx.resource, now_instant()
+    comment = ctx.body.comment if ctx.body else None
+    unit = ctx.unit()
+    async with unit:
+        staged = await unit.create(review_task(report, ctx.principal, comment, when))
+        unit.emit("platform.lab.result_reviewed",
+                  {"lab_result_id": report["id"],
+                   "patient_id": _local_id(report.get("subject"), "Patient"),
+                   "task_id": staged.id, "reviewed_by": ctx.principal.user_id,
+                   "reviewed_at": when}, source_service="labs")
+        await unit.commit()
+    return report
 
 
-async def _patient_exists(services: Services, patient_id: str) -> None:
-    if await services.fhir.find_json("Patient", patient_id) is None:
-        raise not_found("Patient")
-
-
-@router.get("/api/patients/{patient_id}/lab-results", response_model=PageEnvelope[LabResultView],
-            summary="A patient's lab results (reports with their observations), newest first")
-async def list_lab_results(request: Request, patient_id: str,
-                           page: Pagination = Depends(pagination),
-                           principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await _patient_exists(services, patient_id)
-    if not await can_access_patient(services, principal, patient_id):
-        raise forbidden("You may not see this patient's results")
-    reports = await services.fhir.search("DiagnosticReport",
-                                         [("subject", f"Patient/{patient_id}")])
-    reports.sort(key=lambda r: (r.get("effectiveDateTime")
-                                or (r.get("effectivePeriod") or {}).get("start")
-                                or r.get("meta", {}).get("lastUpdated", "")), reverse=True)
-    chosen = reports[page.offset:page.offset + page.limit]
-    return page.respond(await _views(services, chosen), len(reports))
-
-
-async def _may_review(services: Services, principal: Principal, patient_id: str | None) -> bool:
-    """Admins, and members of an organization that registered the patient."""
-    if principal.is_platform_admin:
-        return True
-    if patient_id is None:
-        return False
-    for link in await services.store.find_documents(ORG_PATIENTS, {"patient_id": patient_id},
-                                                    limit=50):
-        if await membership(services, link["organization_id"], principal.user_id):
-            return True
-    return False
-
-
-def review_task(report: JSON, principal: Principal, comment: str | None, when: str) -> JSON:
-    version = report.get("meta", {}).get("versionId")
-    focus = f"DiagnosticReport/{report['id']}" + (f"/_history/{version}" if version else "")
-    task: JSON = {
-        "resourceType": "Task", "status": "completed", "intent": "order",
-        "identifier": [{"system": REVIEW_SYSTEM, "value": report["id"]}],
-        "code": {"coding": [{"system": TASK_CODES, "code": "lab-result-review",
-                             "display": "Review of a lab result"}]},
-        "focus": {"reference": focus}, "authoredOn": when, "lastModified": when,
-        "executionPeriod": {"start": when, "end": when},
-        "owner": {"identifier": {"system": USER_SYSTEM, "value": principal.user_id},
-                  "display": principal.email or principal.user_id},
-    }
-    if report.get("subject"):
-        task["for"] = report["subject"]
-    if comment:
-        task["note"] = [{"text": comment}]
-    return task
-
-
-@router.patch("/api/lab-results/{result_id}/review", response_model=Envelope[LabResultView],
-              summary="Record that a clinician reviewed a lab result")
-async def review_lab_result(request: Request, result_id: str, body: ReviewRequest,
-                            principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    report = await services.fhir.find_json("DiagnosticReport", result_id)
-    if report is None:
-        raise not_found("Lab result")
-    patient_id = _local_id(report.get("subject"), "Patient")
-    if not await _may_review(services, principal, patient_id):
-        raise forbidden("Only clinicians of the patient's organization may review results")
-    when = now_instant()
-    async with services.store.unit_of_work() as uow:
-        staged = services.fhir.stage_create(uow, review_task(report, principal, body.comment,
-                                                             when))
-        uow.emit("platform.lab.result_reviewed",
-                 {"lab_result_id": result_id, "patient_id": patient_id,
-                  "task_id": staged.id, "reviewed_by": principal.user_id,
-                  "reviewed_at": when}, source_service="labs")
-        await uow.commit()
-    return ok((await _views(services, [report]))[0])
-
-
-# --- lab orders -------------------------------------------------------------------------------
-
-
-def order_to_fhir(payload: JSON, principal: Principal, existing: JSON | None) -> JSON:
-    order = orjson.loads(orjson.dumps(existing)) if existing else {
-        "resourceType": "ServiceRequest", "status": "active", "intent": "order",
-        "category": [LAB_PROCEDURE], "subject": {"reference": f"Patient/{payload['patient_id']}"},
-        "identifier": [{"type": PLAC, "system": PLATFORM_PLACER_SYSTEM,
-                        "value": "HP" + uuid.uuid4().hex[:12].upper()}],
-        "authoredOn": now_instant(),
-        "requester": {"identifier": {"system": USER_SYSTEM, "value": principal.user_id},
-                      "display": principal.email or principal.user_id},
-    }
-    if payload.get("test_type"):
-        order["code"] = {"text": payload["test_type"]}
-    if payload.get("priority"):
-        order["priority"] = payload["priority"]
-    if "notes" in payload:
-        if payload["notes"]:
-            order["note"] = [{"text": payload["notes"]}]
-        else:
-            order.pop("note", None)
-    return order  # type: ignore[no-any-return]
-
-
-def order_view(order: JSON, result_ids: Sequence[str] = ()) -> JSON:
-    requester = order.get("requester") or {}
-    return LabOrderView(
-        id=order["id"], patient_id=_local_id(order.get("subject"), "Patient"),
-        test_type=_concept_text(order.get("code")), priority=order.get("priority"),
-        notes=(order.get("note") or [{}])[0].get("text"), status=order["status"],
-        placer_order_number=_identifier(order, "PLAC"),
-        filler_order_number=_identifier(order, "FILL"),
-        requested_by=(requester.get("identifier") or {}).get("value")
-        or requester.get("display"),
-        created_at=order.get("authoredOn"), updated_at=order.get("meta", {}).get("lastUpdated"),
-        result_ids=list(result_ids),
-    ).model_dump()
-
-
-async def _order_access(services: Services, principal: Principal, order: JSON) -> bool:
-    requester = ((order.get("requester") or {}).get("identifier") or {}).get("value")
-    if requester == principal.user_id:
-        return True
-    patient_id = _local_id(order.get("subject"), "Patient")
-    return patient_id is not None and await can_access_patient(services, principal, patient_id)
-
-
-async def _load_order(services: Services, principal: Principal, order_id: str) -> JSON:
-    order = await services.fhir.find_json("ServiceRequest", order_id)
-    if order is None:
-        raise not_found("Lab order")
-    if not await _order_access(services, principal, order):
-        raise forbidden("You may not see this lab order")
-    return order
-
-
-async def _results_of(services: Services, order_id: str) -> list[str]:
-    found = await services.fhir.search("DiagnosticReport",
-                                       [("based-on", f"ServiceRequest/{order_id}")])
-    return [r["id"] for r in found]
-
-
-async def _save_order(services: Services, order: JSON) -> JSON:
-    version = int(order.get("meta", {}).get("versionId", "0")) or None
-    async with services.store.unit_of_work() as uow:
-        staged = services.fhir.stage_update(uow, order, if_match=version)
-        await uow.commit()
-    assert staged.result is not None
-    return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
-
-
-@router.post("/api/labs", status_code=201, response_model=Envelope[LabOrderView],
-             summary="Order a lab test (a FHIR ServiceRequest with a placer number)")
-async def create_lab_order(request: Request, body: LabOrderCreate,
-                           principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await _patient_exists(services, body.patient_id)
-    if not await can_access_patient(services, principal, body.patient_id):
-        raise forbidden("You may not order tests for this patient")
-    order = order_to_fhir(body.model_dump(exclude_none=True), principal, None)
-    async with services.store.unit_of_work() as uow:
-        staged = services.fhir.stage_create(uow, order)
-        uow.put_document(LAB_ORDERS, staged.id, {
-            "id": staged.id, "patient_id": body.patient_id, "requested_by": principal.user_id,
-            "created_at": order["authoredOn"]})
-        await uow.commit()
-    assert staged.result is not None
-    return created(order_view(orjson.loads(staged.result.body)))
-
-
-@router.get("/api/labs", response_model=PageEnvelope[LabOrderView],
-            summary="List lab orders: a patient's (patient_id), else the caller's own")
-async def list_lab_orders(request: Request, page: Pagination = Depends(pagination),
-                          patient_id: str | None = Query(None, max_length=64),
-                          status: OrderStatus | None = Query(None),
-                          principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    if patient_id is not None:
-        await _patient_exists(services, patient_id)
-        if not await can_access_patient(services, principal, patient_id):
-            raise forbidden("You may not see this patient's orders")
-        params = [("subject", f"Patient/{patient_id}")]
-        if status:
-            params.append(("status", status))
-        orders = await services.fhir.search("ServiceRequest", params)
-    else:
-        where: JSON = {} if principal.is_platform_admin else {"requested_by": principal.user_id}
-        links = await services.store.find_documents(LAB_ORDERS, where, limit=10_000,
-                                                    order_by="created_at", descending=True)
-        orders = [o for link in links
-                  if (o := await services.fhir.find_json("ServiceRequest", link["id"]))
-                  and (status is None or o["status"] == status)]
-    orders.sort(key=lambda o: o.get("authoredOn", ""), reverse=True)
-    chosen = orders[page.offset:page.offset + page.limit]
-    return page.respond([order_view(o) for o in chosen], len(orders))
-
-
-@router.get("/api/labs/{order_id}", response_model=Envelope[LabOrderView],
-            summary="A lab order, with the ids of the results reported for it")
-async def get_lab_order(request: Request, order_id: str,
-                        principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    order = await _load_order(services, principal, order_id)
-    return ok(order_view(order, await _results_of(services, order_id)))
-
-
-@router.patch("/api/labs/{order_id}", response_model=Envelope[LabOrderView],
-              summary="Change a lab order (status moves follow the status table)")
-async def update_lab_order(request: Request, order_id: str, body: LabOrderUpdate,
-                           principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    order = await _load_order(services, principal, order_id)
-    payload = body.model_dump(exclude_unset=True)
+@lab_orders.route("PATCH", "/{resource_id}", body=LabOrderUpdate,
+                  summary="Change a lab order (status moves follow the status table)")
+async def update_lab_order(ctx: ItemContext[LabOrderUpdate]) -> JSON:
+    payload = ctx.body.model_dump(exclude_unset=True) if ctx.body else {}
+    order = ctx.resource
     target = payload.pop("status", None)
     if target and target != order["status"]:
-        ORDER_STATUS.check(order["status"], target)
-        order["status"] = target
-    saved = await _save_order(services, order_to_fhir(payload, principal, order))
-    return ok(order_view(saved, await _results_of(services, order_id)))
+        order = ORDER_STATUS.move(order, target)
+    return await ctx.save(order_to_fhir(payload, ctx, order))
 
-
-@router.post("/api/labs/{order_id}/cancel", response_model=Envelope[LabOrderView],
-             summary="Cancel a lab order (status revoked)")
-async def cancel_lab_order(request: Request, order_id: str,
-                           principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    order = await _load_order(services, principal, order_id)
-    ORDER_STATUS.check(order["status"], "revoked")
-    order["status"] = "revoked"
-    saved = await _save_order(services, order)
-    return ok(order_view(saved, await _results_of(services, order_id)))
 

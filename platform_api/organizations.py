@@ -8,27 +8,30 @@ Mapping (/api → FHIR Organization):
     country → Organization.address[0].country
     status → Organization.active (active ⇔ true)
 
+An Organization owns itself (``meta.security`` ``urn:healthplatform:organization|<id>``,
+see ``fhir_server.ownership``): its ``ORG:ADMIN`` members may change it; every signed-in
+user may read it (the directory).
+
 Membership (who works where, with which ``ORG:<ROLE>``) is platform bookkeeping, kept in
-the ``org_members`` documents (id ``<org_id>:<user_id>``); the creator of an organization
-becomes its ``ORG:ADMIN``.
+the ``org_members`` documents (id ``<org_id>:<user_id>``); the access policy reads it to
+know whose organizations a caller acts for. The creator of an organization becomes its
+``ORG:ADMIN`` in the same unit of work (event ``platform.organization.member_added``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, EmailStr, Field
 
-from fhir_server.store.sqlite import now_instant
-from platform_api.auth.dependencies import current_principal
-from platform_api.auth.principal import Principal
-from platform_api.envelope import Envelope, PageEnvelope, Pagination, created, ok, pagination
-from platform_api.facade import Facade, MappingContext, require
-from platform_api.services import Services
+from fhir_server.clock import now_instant
+from fhir_server.service import new_id
+from platform_api.envelope import Envelope, PageEnvelope, Pagination, created, pagination
+from platform_api.facade import ApiContext, Facade, api_context, require_member, staged_body
+from platform_api.policy.roles import ORG_ADMIN
 
 MEMBERS = "org_members"
-ORG_ADMIN = "ORG:ADMIN"
 JSON = dict[str, Any]
 
 
@@ -54,7 +57,8 @@ class MemberView(BaseModel):
     joined_at: str
 
 
-def organization_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -> JSON:
+def organization_to_fhir(payload: JSON, ctx: ApiContext | None, existing: JSON | None
+                         ) -> JSON:
     org: JSON = dict(existing) if existing else {"resourceType": "Organization", "active": True}
     if "name" in payload:
         org["name"] = payload["name"]
@@ -95,23 +99,10 @@ def organization_from_fhir(org: JSON) -> JSON:
 
 
 organizations = Facade(
-    resource="Organization", name="Organization",
-    create_model=OrganizationCreate, view_model=OrganizationView,
-    to_fhir=organization_to_fhir, from_fhir=organization_from_fhir,
+    resource="Organization", name="Organization", create=OrganizationCreate,
+    view=OrganizationView, to_fhir=organization_to_fhir, from_fhir=organization_from_fhir,
+    tags=["organizations"], summaries={"get": "Get an organization"},
 )
-
-
-async def membership(services: Services, org_id: str, user_id: str) -> JSON | None:
-    return await services.store.get_document(MEMBERS, f"{org_id}:{user_id}")
-
-
-async def require_member(services: Services, principal: Principal, org_id: str) -> JSON | None:
-    """The caller's membership of ``org_id``; platform admins pass without one."""
-    await organizations.load(services, org_id)  # 404 for an unknown organization
-    member = await membership(services, org_id, principal.user_id)
-    require(principal.is_platform_admin or member is not None,
-            "You are not a member of this organization")
-    return member
 
 
 def member_document(org_id: str, user_id: str, role: str) -> JSON:
@@ -122,45 +113,38 @@ def member_document(org_id: str, user_id: str, role: str) -> JSON:
 router = APIRouter(prefix="/api/organizations", tags=["organizations"])
 
 
-def _services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
-
-
 @router.post("", status_code=201, response_model=Envelope[OrganizationView],
              summary="Create an organization (the caller becomes its ORG:ADMIN)")
-async def create_organization(request: Request, body: OrganizationCreate,
-                              principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    ctx = MappingContext(principal, services)
-    async with services.store.unit_of_work() as uow:
-        org = organizations.stage_new(uow, body.model_dump(exclude_none=True), ctx)
-        member = member_document(org["id"], principal.user_id, ORG_ADMIN)
-        uow.put_document(MEMBERS, member["id"], member)
-        uow.emit("platform.organization.member_added",
-                 {"organization_id": org["id"], "user_id": principal.user_id, "role": ORG_ADMIN},
-                 source_service="organizations")
-        await uow.commit()
-    resource, _ = await organizations.load(services, org["id"])
-    return created(organizations.view(resource))
-
-
-@router.get("/{org_id}", response_model=Envelope[OrganizationView],
-            summary="Get an organization")
-async def get_organization(request: Request, org_id: str,
-                           principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    resource, _ = await organizations.load(services, org_id)
-    return ok(organizations.view(resource))
+async def create_organization(body: OrganizationCreate,
+                              ctx: ApiContext = Depends(api_context)) -> Any:
+    org_id = new_id()
+    founder = ctx.with_access(ctx.access.adopting(org_id, ORG_ADMIN))
+    member = member_document(org_id, ctx.principal.user_id, ORG_ADMIN)
+    unit = founder.unit()
+    async with unit:
+        staged = await unit.create(organization_to_fhir(body.model_dump(exclude_none=True),
+                                                        founder, None),
+                                   resource_id=org_id, expected_type="Organization")
+        unit.put_document(MEMBERS, member["id"], member)
+        unit.emit("platform.organization.member_added",
+                  {"organization_id": org_id, "user_id": ctx.principal.user_id,
+                   "role": ORG_ADMIN}, source_service="organizations")
+        await unit.commit()
+    ctx.services.policy.membership_changed(ctx.principal.user_id)
+    return created(organizations.from_fhir(staged_body(staged)))
 
 
 @router.get("/{org_id}/members", response_model=PageEnvelope[MemberView],
             summary="List the members of an organization")
-async def list_members(request: Request, org_id: str, page: Pagination = Depends(pagination),
-                       principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await require_member(services, principal, org_id)
+async def list_members(org_id: str, page: Pagination = Depends(pagination),
+                       ctx: ApiContext = Depends(api_context)) -> Any:
+    await require_member(ctx, org_id)
+    store = ctx.services.store
     where = {"organization_id": org_id}
-    members = await services.store.find_documents(MEMBERS, where, limit=page.limit,
-                                                  offset=page.offset, order_by="joined_at")
-    total = await services.store.count_documents(MEMBERS, where)
+    members = await store.find_documents(MEMBERS, where, limit=page.limit,
+                                         offset=page.offset, order_by="joined_at")
+    total = await store.count_documents(MEMBERS, where)
     return page.respond([MemberView(**m).model_dump() for m in members], total)
+
+
+organizations.mount(router, "", ops=("get",))

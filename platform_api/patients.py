@@ -8,46 +8,42 @@ Mapping (/api field → FHIR Patient element):
     phone          → telecom[system=phone, use=mobile].value
     email          → telecom[system=email].value
     mrn (org)      → identifier[type=MR, system=urn:healthplatform:organization:<org>:mrn]
-    organization   → managingOrganization (the first organization that registers the patient)
-    user link      → identifier[system=urn:healthplatform:user].value (self-registered profile)
+    organization   → managingOrganization (the organization that registered the patient)
+    created_at     → meta.lastUpdated of version 1
+    updated_at     → meta.lastUpdated
 
-Bookkeeping documents: ``patient_profiles`` (user id → Patient id, one profile per user)
-and ``org_patients`` (which organization registered which patient under which MRN).
+Who a record belongs to is in the record itself, so there are no side documents:
+
+- a user's own profile (``POST /api/patients``) is the Patient carrying their identifier
+  ``urn:healthplatform:user|<user id>`` (one per user: a second create is 409
+  ``PROFILE_EXISTS``); it belongs to no organization, and the access policy's *self*
+  relation gives the user their record and its compartment;
+- a patient an organization registers (``POST /api/organizations/:org_id/patients``) is
+  owned by it (``meta.security`` ``urn:healthplatform:organization|<org id>``, see
+  ``fhir_server.ownership``) with the organization's MRN as an identifier (unique in the
+  organization: 409 ``MRN_TAKEN``; generated when absent); its members reach it as their
+  role allows, the organization's lists are searches on that label.
 """
 
 from __future__ import annotations
 
 from datetime import date
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, EmailStr, Field
 
-from fhir_server.store import StoreError
-from fhir_server.store.sqlite import now_instant
-from platform_api.auth.dependencies import current_principal
-from platform_api.auth.principal import Principal
-from platform_api.envelope import (
-    Envelope,
-    PageEnvelope,
-    Pagination,
-    conflict,
-    created,
-    forbidden,
-    not_found,
-    ok,
-    pagination,
-)
-from platform_api.facade import Facade, MappingContext
-from platform_api.organizations import membership, require_member
-from platform_api.services import Services
+from fhir_server.ownership import OWNER_SYSTEM
+from fhir_server.store import ResourceNotFound, StoreError
+from platform_api.envelope import Envelope, PageEnvelope, Pagination, not_found, ok, pagination
+from platform_api.facade import ApiContext, Facade, OrganizationScope, Unique, api_context
 
 JSON = dict[str, Any]
-PROFILES = "patient_profiles"
-ORG_PATIENTS = "org_patients"
 USER_SYSTEM = "urn:healthplatform:user"
 PHONE = r"^\+[1-9]\d{6,14}$"
+MRN_TYPE = {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0203",
+                        "code": "MR", "display": "Medical record number"}]}
 Gender = Literal["male", "female", "other", "unknown"]
 
 
@@ -92,14 +88,14 @@ class PatientView(BaseModel):
     updated_at: str | None = None
 
 
+# -- mapping ------------------------------------------------------------------------------------
 def _official_name(patient: JSON) -> JSON:
     names = patient.setdefault("name", [])
     for name in names:
         if name.get("use") == "official":
             return name  # type: ignore[no-any-return]
-    if names:
-        return names[0]  # type: ignore[no-any-return]
-    names.append({"use": "official"})
+    if not names:
+        names.append({"use": "official"})
     return names[0]  # type: ignore[no-any-return]
 
 
@@ -116,14 +112,14 @@ def _set_telecom(patient: JSON, system: str, value: str | None, use: str | None)
         patient.pop("telecom", None)
 
 
-def patient_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -> JSON:
+def patient_to_fhir(payload: JSON, ctx: ApiContext | None, existing: JSON | None) -> JSON:
+    """A Patient with the payload's fields; on update only the fields sent change."""
     patient: JSON = orjson.loads(orjson.dumps(existing)) if existing else {
         "resourceType": "Patient", "active": True}
     if "first_name" in payload or "last_name" in payload:
         name = _official_name(patient)
         if payload.get("first_name"):
-            given = name.get("given", [])
-            name["given"] = [payload["first_name"], *given[1:]]
+            name["given"] = [payload["first_name"], *name.get("given", [])[1:]]
         if payload.get("last_name"):
             name["family"] = payload["last_name"]
     if payload.get("date_of_birth"):
@@ -134,21 +130,23 @@ def patient_to_fhir(payload: JSON, ctx: MappingContext, existing: JSON | None) -
         _set_telecom(patient, "phone", payload["phone"], "mobile")
     if "email" in payload:
         _set_telecom(patient, "email", payload["email"] and str(payload["email"]), None)
-    identifiers: list[JSON] = patient.get("identifier", [])
-    if ctx.extra.get("user_id"):
-        identifiers.append({"system": USER_SYSTEM, "value": ctx.extra["user_id"]})
-    if ctx.extra.get("mrn") and ctx.extra.get("organization_id"):
-        org_id = ctx.extra["organization_id"]
-        identifiers.append({
-            "use": "usual",
-            "type": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0203",
-                                 "code": "MR", "display": "Medical record number"}]},
-            "system": mrn_system(org_id), "value": ctx.extra["mrn"],
-            "assigner": {"reference": f"Organization/{org_id}"},
-        })
-        patient.setdefault("managingOrganization", {"reference": f"Organization/{org_id}"})
-    if identifiers:
-        patient["identifier"] = identifiers
+    return patient
+
+
+def profile_to_fhir(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
+    patient = patient_to_fhir(payload, ctx, existing)
+    if existing is None:
+        patient["identifier"] = [{"system": USER_SYSTEM, "value": ctx.principal.user_id}]
+    return patient
+
+
+def org_patient_to_fhir(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
+    patient = patient_to_fhir(payload, ctx, existing)
+    org_id = ctx.path["org_id"]
+    patient.setdefault("identifier", []).append({
+        "use": "usual", "type": MRN_TYPE, "system": mrn_system(org_id), "value": payload["mrn"],
+        "assigner": {"reference": f"Organization/{org_id}"}})
+    patient.setdefault("managingOrganization", {"reference": f"Organization/{org_id}"})
     return patient
 
 
@@ -180,175 +178,99 @@ def patient_from_fhir(patient: JSON, organization_id: str | None = None) -> JSON
     }
 
 
-patients = Facade(
-    resource="Patient", name="Patient",
-    create_model=PatientCreate, update_model=PatientUpdate, view_model=PatientView,
-    to_fhir=patient_to_fhir, from_fhir=patient_from_fhir,
+async def _created_at(ctx: ApiContext, patient: JSON) -> str | None:
+    meta = patient.get("meta", {})
+    if meta.get("versionId") == "1":
+        return meta.get("lastUpdated")  # type: ignore[no-any-return]
+    try:
+        return (await ctx.services.store.read("Patient", patient["id"], 1)).last_updated
+    except (ResourceNotFound, StoreError):
+        return None  # version 1 was a tombstone: the id was reused after a delete
+
+
+async def patient_views(ctx: ApiContext, patients: list[JSON]) -> list[JSON]:
+    """Views; the creation instant is read for a single record (get, create), not for a
+    page of them."""
+    org_id = ctx.path.get("org_id")
+    views = [patient_from_fhir(p, org_id) for p in patients]
+    if len(patients) == 1:
+        views[0]["created_at"] = await _created_at(ctx, patients[0])
+    return views
+
+
+def _user_identifier(patient: JSON) -> list[tuple[str, str]]:
+    own = next(i for i in patient["identifier"] if i.get("system") == USER_SYSTEM)
+    return [("identifier", f"{USER_SYSTEM}|{own['value']}")]
+
+
+def _mrn_identifier(patient: JSON) -> list[tuple[str, str]]:
+    mrn = next(i for i in patient["identifier"] if i.get("system", "").endswith(":mrn"))
+    return [("identifier", f"{mrn['system']}|{mrn['value']}")]
+
+
+profiles = Facade(
+    resource="Patient", name="Patient", create=PatientCreate, update=PatientUpdate,
+    view=PatientView, to_fhir=profile_to_fhir, from_fhir=patient_from_fhir,
+    views=patient_views, ownerless=True, tags=["patients"],
+    unique=Unique(_user_identifier, "PROFILE_EXISTS", "You already have a patient profile"),
+    summaries={"create": "Create the caller's patient profile", "get": "Get a patient by id",
+               "update": "Update a patient profile (only the fields sent change)"},
+)
+
+
+async def _next_mrn(ctx: ApiContext, payload: JSON) -> JSON:
+    """The payload with an MRN: the one sent, else the organization's next number."""
+    if payload.get("mrn"):
+        return payload
+    org_id = ctx.path["org_id"]
+    owned = await ctx.fhir.parse(["Patient"], [("_security", f"{OWNER_SYSTEM}|{org_id}")],
+                                 strict=True)
+    owned.count, owned.total = 0, "accurate"
+    count = (await ctx.fhir.search_page(owned)).total or 0
+    while True:
+        count += 1
+        mrn = f"MRN{count:07d}"
+        taken = await ctx.fhir.match_ids("Patient", [("identifier",
+                                                      f"{mrn_system(org_id)}|{mrn}")], 1)
+        if not taken:
+            return {**payload, "mrn": mrn}
+
+
+org_patients = Facade(
+    resource="Patient", name="Patient", create=OrgPatientCreate, view=PatientView,
+    to_fhir=org_patient_to_fhir, from_fhir=patient_from_fhir, views=patient_views,
+    scope=OrganizationScope(), prepare=_next_mrn, tags=["patients"],
+    unique=Unique(_mrn_identifier, "MRN_TAKEN", "This MRN is already used in this "
+                  "organization"),
+    summaries={"list": "List the patients registered by an organization",
+               "create": "Register a patient for an organization (MRN generated when absent)",
+               "get": "A patient in the context of an organization"},
 )
 
 router = APIRouter(tags=["patients"])
 
 
-def _services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
-
-
-async def can_access_patient(services: Services, principal: Principal, patient_id: str
-                             ) -> bool:
-    """Self (own profile), platform admins, and members of an organization that registered
-    the patient."""
-    if principal.is_platform_admin:
-        return True
-    profile = await services.store.get_document(PROFILES, principal.user_id)
-    if profile is not None and profile["patient_id"] == patient_id:
-        return True
-    for link in await services.store.find_documents(ORG_PATIENTS, {"patient_id": patient_id},
-                                                    limit=50):
-        if await membership(services, link["organization_id"], principal.user_id):
-            return True
-    return False
-
-
-async def _view(services: Services, patient_id: str, organization_id: str | None = None
-                ) -> JSON:
-    resource, _ = await patients.load(services, patient_id)
-    view = patient_from_fhir(resource, organization_id)
-    try:
-        view["created_at"] = (await services.store.read("Patient", patient_id, 1)).last_updated
-    except StoreError:
-        view["created_at"] = None  # version 1 was a tombstone: the id was reused after a delete
-    return view
-
-
-@router.post("/api/patients", status_code=201, response_model=Envelope[PatientView],
-             summary="Create the caller's patient profile")
-async def create_profile(request: Request, body: PatientCreate,
-                         principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    if await services.store.get_document(PROFILES, principal.user_id) is not None:
-        raise conflict("PROFILE_EXISTS", "You already have a patient profile")
-    ctx = MappingContext(principal, services, {"user_id": principal.user_id})
-    async with services.store.unit_of_work() as uow:
-        patient = patients.stage_new(uow, body.model_dump(exclude_none=True), ctx)
-        # insert (not put): two concurrent creates for one user cannot both succeed.
-        uow.insert_document(PROFILES, principal.user_id, {
-            "id": principal.user_id, "user_id": principal.user_id, "patient_id": patient["id"]})
-        await uow.commit()
-    return created(await _view(services, patient["id"]))
-
-
 @router.get("/api/patients/me", response_model=Envelope[PatientView],
             summary="The caller's patient profile")
-async def my_profile(request: Request, principal: Principal = Depends(current_principal)
-                     ) -> Any:
-    services = _services(request)
-    profile = await services.store.get_document(PROFILES, principal.user_id)
-    if profile is None:
+async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
+    found = await ctx.fhir.search("Patient", [
+        ("identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}")])
+    if not found:
         raise not_found("Patient profile")
-    return ok(await _view(services, profile["patient_id"]))
-
-
-@router.get("/api/patients/{patient_id}", response_model=Envelope[PatientView],
-            summary="Get a patient by id")
-async def get_patient(request: Request, patient_id: str,
-                      principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await patients.load(services, patient_id)  # 404 before 403: ids are not secrets here
-    if not await can_access_patient(services, principal, patient_id):
-        raise forbidden("You may not see this patient")
-    return ok(await _view(services, patient_id))
-
-
-@router.post("/api/patients/{patient_id}", response_model=Envelope[PatientView],
-             summary="Update a patient profile (only the fields sent change)")
-async def update_patient(request: Request, patient_id: str, body: PatientUpdate,
-                         principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    current, stored = await patients.load(services, patient_id)
-    if not await can_access_patient(services, principal, patient_id):
-        raise forbidden("You may not change this patient")
-    ctx = MappingContext(principal, services)
-    changed = patient_to_fhir(body.model_dump(exclude_unset=True), ctx, current)
-    await patients.save(changed, stored, services)
-    return ok(await _view(services, patient_id))
-
-
-# -- organization context ------------------------------------------------------------
-
-@router.get("/api/organizations/{org_id}/patients", response_model=PageEnvelope[PatientView],
-            summary="List the patients registered by an organization")
-async def list_org_patients(request: Request, org_id: str,
-                            page: Pagination = Depends(pagination),
-                            principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await require_member(services, principal, org_id)
-    where = {"organization_id": org_id}
-    links = await services.store.find_documents(ORG_PATIENTS, where, limit=page.limit,
-                                                offset=page.offset, order_by="registered_at")
-    total = await services.store.count_documents(ORG_PATIENTS, where)
-    views = []
-    for link in links:
-        resource = await services.fhir.find_json("Patient", link["patient_id"])
-        if resource is not None:
-            views.append(patient_from_fhir(resource, org_id))
-    return page.respond(views, total)
-
-
-@router.post("/api/organizations/{org_id}/patients", status_code=201,
-             response_model=Envelope[PatientView],
-             summary="Register a patient for an organization (MRN generated when absent)")
-async def register_org_patient(request: Request, org_id: str, body: OrgPatientCreate,
-                               principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await require_member(services, principal, org_id)
-    payload = body.model_dump(exclude_none=True)
-    mrn = payload.pop("mrn", None) or await _next_mrn(services, org_id)
-    if await services.store.find_documents(ORG_PATIENTS, {"organization_id": org_id,
-                                                          "mrn": mrn}, limit=1):
-        raise conflict("MRN_TAKEN", f"MRN {mrn} is already used in this organization")
-    ctx = MappingContext(principal, services, {"organization_id": org_id, "mrn": mrn})
-    async with services.store.unit_of_work() as uow:
-        patient = patients.stage_new(uow, payload, ctx)
-        uow.insert_document(ORG_PATIENTS, f"{org_id}:{mrn}", {
-            "id": f"{org_id}:{mrn}", "organization_id": org_id, "patient_id": patient["id"],
-            "mrn": mrn, "registered_at": now_instant(), "registered_by": principal.user_id})
-        await uow.commit()
-    return created(await _view(services, patient["id"], org_id))
+    return ok(await profiles.render_one(ctx, found[0]))
 
 
 @router.get("/api/organizations/{org_id}/patients/search",
             response_model=PageEnvelope[PatientView],
             summary="Find an organization's patient by medical record number")
-async def search_org_patients(request: Request, org_id: str,
-                              mrn: str = Query(min_length=1, description="Medical record number"),
-                              page: Pagination = Depends(pagination),
-                              principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await require_member(services, principal, org_id)
-    link = await services.store.get_document(ORG_PATIENTS, f"{org_id}:{mrn}")
-    resource = await services.fhir.find_json("Patient", link["patient_id"]) if link else None
-    found = [patient_from_fhir(resource, org_id)] if resource else []
-    return page.respond(found if page.page == 1 else [], len(found))
+async def search_org_patients(
+        org_id: str, mrn: Annotated[str, Query(min_length=1, description="Medical record "
+                                                "number")],
+        page: Pagination = Depends(pagination), ctx: ApiContext = Depends(api_context)) -> Any:
+    found, total = await org_patients.search(ctx, page, [
+        ("identifier", f"{mrn_system(org_id)}|{mrn}")])
+    return page.respond(await org_patients.render(ctx, found), total)
 
 
-@router.get("/api/organizations/{org_id}/patients/{patient_id}",
-            response_model=Envelope[PatientView],
-            summary="A patient in the context of an organization")
-async def get_org_patient(request: Request, org_id: str, patient_id: str,
-                          principal: Principal = Depends(current_principal)) -> Any:
-    services = _services(request)
-    await require_member(services, principal, org_id)
-    links = await services.store.find_documents(
-        ORG_PATIENTS, {"organization_id": org_id, "patient_id": patient_id}, limit=1)
-    if not links:
-        raise not_found("Patient")
-    return ok(await _view(services, patient_id, org_id))
-
-
-async def _next_mrn(services: Services, org_id: str) -> str:
-    count = await services.store.count_documents(ORG_PATIENTS, {"organization_id": org_id})
-    while True:
-        count += 1
-        mrn = f"MRN{count:07d}"
-        if await services.store.get_document(ORG_PATIENTS, f"{org_id}:{mrn}") is None:
-            return mrn
+profiles.mount(router, "/api/patients", ops=("create", "get", "update"), update_method="POST")
+org_patients.mount(router, "/api/organizations/{org_id}/patients", ops=("list", "create", "get"))

@@ -13,6 +13,7 @@ from platform_api.settings import Settings
 if TYPE_CHECKING:
     from platform_api.auth.service import AuthService
     from platform_api.events import EventBus
+    from platform_api.policy import Policy
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Services:
     fhir: FhirService
     auth: AuthService
     bus: EventBus
+    policy: Policy
     started_at: float = field(default_factory=time.time)
     extras: dict[str, Any] = field(default_factory=dict)
 

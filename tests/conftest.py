@@ -74,9 +74,38 @@ async def make_admin(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
     return {**user, "token": token, "headers": {"Authorization": f"Bearer {token}"}}
 
 
+async def make_clinic_admin(client: httpx.AsyncClient, *, name: str = "Kibera Community "
+                            "Clinic", first_name: str = "Wanjiku", last_name: str = "Kamau"
+                            ) -> dict[str, Any]:
+    """A user who founded an organization (its ORG:ADMIN); ``org_id`` is its id. What they
+    write on /fhir is owned by that organization."""
+    founder = await register_and_login(client, first_name=first_name, last_name=last_name)
+    response = await client.post("/api/organizations", headers=founder["headers"],
+                                 json={"name": name, "country": "KE"})
+    assert response.status_code == 201, response.text
+    return {**founder, "org_id": response.json()["data"]["id"]}
+
+
+async def add_member(app: Any, org_id: str, user: dict[str, Any], role: str) -> None:
+    """Make ``user`` a member of ``org_id`` with ``role`` (the invitation flow's effect)."""
+    from platform_api.organizations import MEMBERS, member_document
+
+    services = app.state.services
+    member = member_document(org_id, user["user"]["id"], role)
+    async with services.store.unit_of_work() as uow:
+        uow.put_document(MEMBERS, member["id"], member)
+        await uow.commit()
+    services.policy.membership_changed(user["user"]["id"])
+
+
 @pytest.fixture
 async def user(client: httpx.AsyncClient) -> dict[str, Any]:
     return await register_and_login(client)
+
+
+@pytest.fixture
+async def clinic_admin(client: httpx.AsyncClient) -> dict[str, Any]:
+    return await make_clinic_admin(client)
 
 
 @pytest.fixture

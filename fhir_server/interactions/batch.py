@@ -12,6 +12,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from fhir_server.caller import CallerFhir
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.transaction import (
     Entry,
@@ -21,7 +22,6 @@ from fhir_server.interactions.transaction import (
     read_entry,
 )
 from fhir_server.outcome import FhirError
-from fhir_server.service import FhirService
 from fhir_server.store import StoreError
 
 
@@ -30,23 +30,23 @@ def _error_entry(error: FhirError) -> dict[str, Any]:
     return {"response": {"status": status, "outcome": error.outcome()}}
 
 
-async def _process_entry(service: FhirService, entry: Entry, base_url: str,
+async def _process_entry(fhir: CallerFhir, entry: Entry, base_url: str,
                          prefer: str | None) -> dict[str, Any]:
     if entry.method in ("GET", "HEAD"):
-        return await read_entry(service, entry, base_url)
-    single = Transaction(service, [entry], base_url=base_url, prefer=prefer)
+        return await read_entry(fhir, entry, base_url)
+    single = Transaction(fhir, [entry], base_url=base_url, prefer=prefer)
     response = await single.run()
     return response["entry"][0]  # type: ignore[no-any-return]
 
 
-async def process_batch(service: FhirService, bundle: Any, *, base_url: str = "",
+async def process_batch(fhir: CallerFhir, bundle: Any, *, base_url: str = "",
                         prefer: str | None = None) -> dict[str, Any]:
     """A batch Bundle → its ``batch-response`` Bundle (one response per entry)."""
     responses: list[dict[str, Any]] = []
     for index, raw_entry in enumerate(bundle_entries(bundle, "batch")):
         try:
             entry = parse_entry(index, raw_entry, base_url)
-            responses.append(await _process_entry(service, entry, base_url, prefer))
+            responses.append(await _process_entry(fhir, entry, base_url, prefer))
         except FhirError as exc:
             responses.append(_error_entry(exc))
         except StoreError as exc:

@@ -12,10 +12,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fhir_server.clock import now_instant
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
 from fhir_server.search.registry import SearchRegistry
-from fhir_server.store.sqlite import now_instant
 from fhir_server.validation import resource_types
 
 SOFTWARE_VERSION = "0.1.0"

@@ -1,4 +1,9 @@
-"""What every interaction needs: the FHIR service and the server's base URL."""
+"""What every interaction needs: the FHIR service, the server's base URL, and the caller.
+
+The router resolves each guarded request's :class:`~fhir_server.access.Access` before the
+interaction runs and keeps the caller-bound service on the request
+(:meth:`FhirContext.caller`): interactions read, search and write through it, so every
+one of them goes through the access policy."""
 
 from __future__ import annotations
 
@@ -7,7 +12,11 @@ from typing import Any
 
 from starlette.requests import Request
 
+from fhir_server.access import AccessDenied
+from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
+
+CALLER = "fhir_caller"  # request.state key of the caller-bound service
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,13 @@ class FhirContext:
                 bases.clear()
             base = bases[key] = str(request.base_url).rstrip("/") + "/fhir"
         return base
+
+    def caller(self, request: Request) -> CallerFhir:
+        """The service as this request's caller sees it (set by the router)."""
+        caller = request.scope.get("state", {}).get(CALLER)
+        if caller is None:  # an interaction on a route the router did not guard
+            raise AccessDenied("This request was not authorized")
+        return caller  # type: ignore[no-any-return]
 
     def location(self, request: Request, resource_type: str, resource_id: str,
                  version: int) -> str:

@@ -4,9 +4,9 @@ representation asked for by ``Prefer: return=``.
 Conditional create (``If-None-Exist: identifier=sys|val``, R4 3.1.0.8.1): no match
 creates (201), one match answers 200 with that resource and creates nothing, several
 answer 412. The check runs inside the store's commit, so two identical requests at the
-same moment still create one resource. Criteria in the query string (``POST
-[type]?identifier=...``) are taken the same way: clients such as fhirpy's
-``get_or_create`` send them there.
+same moment still create one resource; it sees what the caller may see. Criteria in the
+query string (``POST [type]?identifier=...``) are taken the same way: clients such as
+fhirpy's ``get_or_create`` send them there.
 """
 
 from __future__ import annotations
@@ -32,12 +32,8 @@ async def create(ctx: FhirContext, request: Request, resource_type: str) -> Resp
     criteria = if_none_exist(request)
     if criteria is None:
         criteria = conditional_criteria(request) or None
-    created = True
-    if criteria is None:
-        stored = await ctx.service.create(body, expected_type=resource_type)
-    else:
-        stored, created = await ctx.service.conditional_create(body, criteria,
-                                                               expected_type=resource_type)
+    stored, created = await ctx.caller(request).create(body, expected_type=resource_type,
+                                                       if_none_exist=criteria)
     location = ctx.location(request, resource_type, stored.id, stored.version)
     return resource_response(stored, 201 if created else 200, prefer=prefer_return(request),
                              location=location)

@@ -19,7 +19,7 @@ from fhir_server.outcome import information
 async def delete(ctx: FhirContext, request: Request, resource_type: str, resource_id: str
                  ) -> Response:
     if_match = parse_etag(request.headers.get("if-match"))
-    stored = await ctx.service.delete(resource_type, resource_id, if_match=if_match)
+    stored = await ctx.caller(request).delete(resource_type, resource_id, if_match=if_match)
     return FhirResponse(
         information(f"{resource_type}/{resource_id} deleted"),
         headers={"ETag": stored.etag},
@@ -28,7 +28,8 @@ async def delete(ctx: FhirContext, request: Request, resource_type: str, resourc
 
 async def conditional_delete(ctx: FhirContext, request: Request, resource_type: str
                              ) -> Response:
-    deleted = await ctx.service.conditional_delete(resource_type, conditional_criteria(request))
+    deleted = await ctx.caller(request).conditional_delete(resource_type,
+                                                           conditional_criteria(request))
     if not deleted:
         return FhirResponse(information(f"No {resource_type} matched; nothing was deleted"))
     names = ", ".join(f"{s.resource_type}/{s.id}" for s in deleted)

@@ -2,8 +2,9 @@
 
 The Patient, everything in the Patient compartment, and the resources those reference
 (practitioners, organizations, medications, ...; ``search.mode = include``), as a
-searchset Bundle paged like any search. Parameters: ``_since`` (only resources changed
-since then), ``_type`` (only these types), ``_count`` (page size).
+searchset Bundle paged like any search: whatever of it the caller may see. Parameters:
+``_since`` (only resources changed since then), ``_type`` (only these types), ``_count``
+(page size).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ _PASSED = ("_count", "_cursor", "_format")
 async def everything(ctx: FhirContext, request: Request, patient_id: str) -> Response:
     check_format(request)
     service = ctx.service
-    await service.read("Patient", patient_id)  # 404/410 for an unknown patient
+    caller = ctx.caller(request)
+    await caller.read("Patient", patient_id)  # 404/410 unknown, 403 not the caller's
     registry = await service.refresh_registry()
     query = list(request.query_params.multi_items())
     members = ["Patient", *registry.compartment_types("Patient")]
@@ -36,11 +38,11 @@ async def everything(ctx: FhirContext, request: Request, patient_id: str) -> Res
     params = [(k, v) for k, v in query if k in _PASSED]
     since = [v for k, v in query if k == "_since"]
     fhir_base = ctx.fhir_base(request)
-    plan = await service.parse(types, [*params, *(("_lastUpdated", f"ge{s}") for s in since)],
-                               strict=True, base_url=fhir_base)
+    plan = await caller.parse(types, [*params, *(("_lastUpdated", f"ge{s}") for s in since)],
+                              strict=True, base_url=fhir_base)
     plan.includes = [Include(t, "*") for t in types]
     result = await run_search(
-        service, fhir_base, f"Patient/{patient_id}/$everything",
+        caller, fhir_base, f"Patient/{patient_id}/$everything",
         types, [*params, *(("_since", s) for s in since), *(("_type", t) for t in wanted or [])],
         strict=True, plan=plan,
         compartment=compartment(registry, "Patient", patient_id, types, include_owner=True))

@@ -3,6 +3,10 @@
 
 Paging uses a cursor on the store's write order (``_cursor``), so a page link stays valid
 and shows no duplicates while new versions are being written.
+
+What the caller may see: an instance's history when it may read the resource (its latest
+version with content); the type and system histories list the versions of the resources
+the caller may read now (the store applies the caller's grants, as for a search).
 """
 
 from __future__ import annotations
@@ -45,14 +49,14 @@ async def history(ctx: FhirContext, request: Request, resource_type: str | None 
                            ) from None
     count = min(_int_param(request, "_count", DEFAULT_COUNT) or 0, MAX_COUNT)
     cursor = _int_param(request, "_cursor", None)
+    caller = ctx.caller(request)
     if resource_id is not None and resource_type is not None:
         # Instance history of an id never used is a 404, not an empty bundle.
         if await ctx.service.store.read_current(resource_type, resource_id) is None:
             raise FhirError.of(404, "not-found", f"{resource_type}/{resource_id} is not known")
-    page = await ctx.service.store.history(
-        resource_type, resource_id, since=since, at_or_before=at, count=count,
-        before_seq=cursor,
-    )
+        await caller.check_history(resource_type, resource_id)
+    page = await caller.history(resource_type, resource_id, since=since, at_or_before=at,
+                                count=count, before_seq=cursor)
     base = ctx.fhir_base(request)
     path = "/".join(p for p in (resource_type, resource_id, "_history") if p)
     self_url = f"{base}/{path}"

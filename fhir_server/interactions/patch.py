@@ -29,14 +29,16 @@ async def patch(ctx: FhirContext, request: Request, resource_type: str, resource
                            "PATCH takes a JSON Patch with Content-Type application/json-patch+json")
     if_match = parse_etag(request.headers.get("if-match"))
     operations = await read_json_body(request)
-    stored = await ctx.service.patch(resource_type, resource_id, operations, if_match=if_match)
+    stored = await ctx.caller(request).patch(resource_type, resource_id, operations,
+                                             if_match=if_match)
     return resource_response(stored, prefer=prefer_return(request))
 
 
 async def conditional_patch(ctx: FhirContext, request: Request, resource_type: str
                             ) -> Response:
     ctx.service.check_type(resource_type)
-    ids = await ctx.service.match_ids(resource_type, conditional_criteria(request), limit=2)
+    ids = await ctx.caller(request).match_ids(resource_type, conditional_criteria(request),
+                                              limit=2)
     if not ids:
         raise FhirError.of(404, "not-found", f"No {resource_type} matches the criteria")
     if len(ids) > 1:

@@ -18,7 +18,7 @@ from fhir_server.interactions.context import FhirContext
 async def read(ctx: FhirContext, request: Request, resource_type: str, resource_id: str
                ) -> Response:
     check_format(request)
-    stored = await ctx.service.read(resource_type, resource_id)
+    stored = await ctx.caller(request).read(resource_type, resource_id)
     if not_modified(request, stored):
         return FhirResponse(b"", status_code=304, headers=version_headers(stored))
     return resource_response(stored)

@@ -4,7 +4,8 @@ The resources of a type that belong to a patient's compartment: those whose comp
 parameters (from the official CompartmentDefinition, e.g. Observation ``subject`` and
 ``performer``) reference the patient, further filtered by the usual search parameters.
 ``*`` as the type searches every type of the compartment. Only the Patient compartment is
-defined by the generated registry; other compartments answer 404.
+defined by the generated registry; other compartments answer 404. The owner must be the
+caller's to read (403), and the results are what the caller may see.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ async def search_compartment(ctx: FhirContext, request: Request, compartment_typ
             raise FhirError.of(400, "invalid", f"{resource_type} resources are not in the "
                                f"{compartment_type} compartment")
         types = [resource_type]
-    await service.read(compartment_type, owner_id)  # 404/410 for an unknown owner
+    caller = ctx.caller(request)
+    await caller.read(compartment_type, owner_id)  # 404/410 unknown, 403 not the caller's
     params = await search_params(request)
     path = f"{compartment_type}/{owner_id}/{resource_type}"
-    result = await run_search(service, ctx.fhir_base(request), path, types, params,
+    result = await run_search(caller, ctx.fhir_base(request), path, types, params,
                               strict=strict_handling(request),
                               compartment=compartment(registry, compartment_type, owner_id,
                                                       types))

@@ -34,7 +34,7 @@ async def search_system(ctx: FhirContext, request: Request) -> Response:
     check_format(request)
     params = await search_params(request)
     types = requested_types(params)
-    result = await run_search(ctx.service, ctx.fhir_base(request), "", types or
+    result = await run_search(ctx.caller(request), ctx.fhir_base(request), "", types or
                               sorted(resource_types()), params,
                               strict=strict_handling(request), all_types=types is None)
     return FhirResponse(result)

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fhir_server.bundle import bundle, raw
+from fhir_server.caller import CallerFhir
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import Issue, operation_outcome
@@ -47,16 +48,18 @@ async def search_params(request: Request) -> Params:
     return params
 
 
-async def run_search(service: FhirService, fhir_base: str, path: str,
+async def run_search(fhir: CallerFhir, fhir_base: str, path: str,
                      resource_types: Sequence[str], params: Params, *, strict: bool,
                      all_types: bool = False, compartment: Compartment | None = None,
                      plan: SearchPlan | None = None) -> dict[str, Any]:
-    """Parse and run a search, and build its searchset Bundle."""
+    """Parse and run a search as the caller (what it may see only), and build its
+    searchset Bundle."""
     if plan is None:
-        plan = await service.parse(resource_types, params, strict=strict, base_url=fhir_base,
-                                   all_types=all_types)
+        plan = await fhir.parse(resource_types, params, strict=strict, base_url=fhir_base,
+                                all_types=all_types)
     plan.compartment = compartment
-    page = await service.search_page(plan)
+    page = await fhir.search_page(plan)
+    service = fhir.service
     entries: list[dict[str, Any]] = []
     if plan.summary != "count" and plan.count:
         entries += [_entry(service, plan, s, fhir_base, "match") for s in page.resources]
@@ -112,6 +115,6 @@ async def search_type(ctx: FhirContext, request: Request, resource_type: str) ->
     check_format(request)
     ctx.service.check_type(resource_type)
     params = await search_params(request)
-    result = await run_search(ctx.service, ctx.fhir_base(request), resource_type,
+    result = await run_search(ctx.caller(request), ctx.fhir_base(request), resource_type,
                               [resource_type], params, strict=strict_handling(request))
     return FhirResponse(result)

@@ -37,7 +37,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fhir_server.access import Access
 from fhir_server.bundle import raw
+from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.http import (
     FhirResponse,
     check_format,
@@ -57,7 +59,6 @@ from fhir_server.store import (
     MultipleMatches,
     StoredResource,
     StoreError,
-    UnitOfWork,
 )
 from fhir_server.store.port import StagedWrite, Staging
 from fhir_server.validation import check_id, is_resource_type
@@ -205,8 +206,8 @@ class ReferenceRewriter:
     (``Patient?identifier=...``) are searched and must match exactly one resource.
     """
 
-    def __init__(self, service: FhirService, ids: dict[str, str]):
-        self.service = service
+    def __init__(self, fhir: CallerFhir, ids: dict[str, str]):
+        self.fhir = fhir
         self.urns = {k.encode(): v.encode() for k, v in ids.items() if k.startswith("urn:")}
         self.urls = {orjson.dumps(k): orjson.dumps(v) for k, v in ids.items()
                      if not k.startswith("urn:")}
@@ -225,17 +226,17 @@ class ReferenceRewriter:
         if b"?" in text:
             for match in set(_CONDITIONAL_REFERENCE.findall(text)):
                 reference = orjson.loads(match)
-                resolved = await _resolve_conditional(self.service, entry, reference)
+                resolved = await _resolve_conditional(self.fhir, entry, reference)
                 text = text.replace(b'"reference":' + match,
                                     b'"reference":' + orjson.dumps(resolved))
         return resource if text is raw else orjson.loads(text)  # type: ignore[no-any-return]
 
 
-async def _resolve_conditional(service: FhirService, entry: Entry, reference: str) -> str:
+async def _resolve_conditional(fhir: CallerFhir, entry: Entry, reference: str) -> str:
     resource_type, _, query = reference.partition("?")
     if not is_resource_type(resource_type):
         return reference
-    found = await service.match_ids(resource_type, parse_query(query), limit=2)
+    found = await fhir.match_ids(resource_type, parse_query(query), limit=2)
     if len(found) != 1:
         raise entry.fail(FhirError.of(
             412, "multiple-matches" if found else "not-found",
@@ -249,9 +250,10 @@ async def _resolve_conditional(service: FhirService, entry: Entry, reference: st
 class Transaction:
     """One transaction Bundle; ``await run()`` answers the transaction-response."""
 
-    def __init__(self, service: FhirService, entries: list[Entry], *, base_url: str,
+    def __init__(self, fhir: CallerFhir, entries: list[Entry], *, base_url: str,
                  prefer: str | None, on_commit: OnCommit | None = None):
-        self.service = service
+        self.fhir = fhir
+        self.service = fhir.service
         self.entries = entries
         self.base_url = base_url
         self.prefer = prefer
@@ -286,19 +288,19 @@ class Transaction:
         for entry in writes:
             await self._resolve(entry, ids)
         _check_overlaps(writes)
-        rewriter = ReferenceRewriter(self.service, ids)
+        rewriter = ReferenceRewriter(self.fhir, ids)
         for entry in writes:
             if entry.method in ("POST", "PUT") and entry.existing is None:
                 entry.resource = await rewriter.rewrite(entry, entry.resource)
-        async with self.service.store.unit_of_work() as uow:
+        async with self.fhir.unit() as unit:
             for entry in writes:
-                await self._stage(uow, entry)
+                await self._stage(unit, entry)
             if self.on_commit is not None:
                 on_commit = self.on_commit
-                uow.after_writes(lambda staging: on_commit(
+                unit.after_writes(lambda staging: on_commit(
                     staging, [_written(entry) for entry in self.entries]))
             try:
-                await uow.commit()
+                await unit.commit()
             except ConditionChanged:
                 raise
             except StoreError as exc:
@@ -307,7 +309,7 @@ class Transaction:
             entry.response = self._write_response(entry)
         for entry in ordered:
             if entry.method in ("GET", "HEAD"):
-                entry.response = await read_entry(self.service, entry, self.base_url)
+                entry.response = await read_entry(self.fhir, entry, self.base_url)
 
     def _failed_entry(self, exc: StoreError) -> Entry:
         for entry in self.entries:
@@ -328,8 +330,7 @@ class Transaction:
             if not criteria or entry.resource_type is None:
                 continue
             try:
-                entry.condition_plan = await self.service.parse([entry.resource_type],
-                                                                criteria, strict=True)
+                entry.condition_plan = await self.fhir.condition(entry.resource_type, criteria)
             except FhirError:
                 continue
             asked.append((entry, entry.condition_plan))
@@ -344,12 +345,11 @@ class Transaction:
         if entry.matched is not None:
             return entry.matched
         if entry.condition_plan is None:
-            entry.condition_plan = await self.service.parse([entry.resource_type], criteria,
-                                                            strict=True)
+            entry.condition_plan = await self.fhir.condition(entry.resource_type, criteria)
         return await self.service.match_plan(entry.condition_plan, limit=limit)
 
     async def _resolve(self, entry: Entry, ids: dict[str, str]) -> None:
-        service, kind = self.service, entry.resource_type
+        kind = entry.resource_type
         assert kind is not None
         try:
             if entry.method == "POST":
@@ -361,7 +361,7 @@ class Transaction:
                     entry.expected = tuple(found)
                     if found:
                         entry.target_id = found[0]
-                        entry.existing = await service.read(kind, found[0])
+                        entry.existing = await self.fhir.read(kind, found[0])
             elif entry.resource_id is not None:
                 body_id = entry.resource.get("id") if isinstance(entry.resource, dict) else None
                 if entry.method == "PUT" and body_id not in (None, entry.resource_id):
@@ -391,8 +391,8 @@ class Transaction:
             ids[entry.full_url] = f"{kind}/{entry.target_id}"
 
     # -- step 3: stage -------------------------------------------------------------------------
-    async def _stage(self, uow: UnitOfWork, entry: Entry) -> None:
-        service, kind = self.service, entry.resource_type
+    async def _stage(self, unit: FhirUnit, entry: Entry) -> None:
+        kind = entry.resource_type
         assert kind is not None and entry.target_id is not None
         try:
             if entry.method == "POST":
@@ -402,8 +402,8 @@ class Transaction:
                 if entry.if_none_exist is not None:
                     assert entry.condition_plan is not None
                     condition = Condition(entry.condition_plan, entry.expected)
-                entry.staged.append(service.stage_create(
-                    uow, entry.resource, resource_id=entry.target_id, expected_type=kind,
+                entry.staged.append(await unit.create(
+                    entry.resource, resource_id=entry.target_id, expected_type=kind,
                     condition=condition))
             elif entry.method == "PUT":
                 body = {**entry.resource, "id": entry.target_id}
@@ -411,20 +411,17 @@ class Transaction:
                 if entry.criteria is not None:
                     assert entry.condition_plan is not None
                     condition = Condition(entry.condition_plan, entry.expected)
-                entry.staged.append(service.stage_update(
-                    uow, body, if_match=entry.if_match, expected_type=kind,
-                    condition=condition))
+                entry.staged.append(await unit.update(
+                    body, if_match=entry.if_match, expected_type=kind, condition=condition))
             elif entry.method == "PATCH":
-                entry.staged.append(await service.stage_patch(
-                    uow, kind, entry.target_id, _patch_operations(entry.resource),
+                entry.staged.append(await unit.patch(
+                    kind, entry.target_id, _patch_operations(entry.resource),
                     if_match=entry.if_match))
             elif entry.method == "DELETE":
                 targets = entry.expected if entry.resource_id is None else (entry.target_id,)
                 for target in targets or ():
-                    if entry.resource_id is not None and \
-                            await service.store.read_current(kind, target) is None:
-                        raise FhirError.of(404, "not-found", f"{kind}/{target} is not known")
-                    entry.staged.append(uow.delete(kind, target, if_match=entry.if_match))
+                    entry.staged.append(await unit.delete(kind, target,
+                                                          if_match=entry.if_match))
         except (FhirError, StoreError) as exc:
             raise entry.fail(exc) from None
 
@@ -498,12 +495,12 @@ def response_entry(stored: StoredResource, status: int, base_url: str, prefer: s
     return entry
 
 
-async def read_entry(service: FhirService, entry: Entry, base_url: str) -> dict[str, Any]:
-    """A GET/HEAD entry: read, vread or search."""
+async def read_entry(fhir: CallerFhir, entry: Entry, base_url: str) -> dict[str, Any]:
+    """A GET/HEAD entry: read, vread or search, as the caller."""
     kind = entry.resource_type
     assert kind is not None
     if entry.resource_id is None:
-        result = await run_search(service, base_url, kind, [kind], entry.criteria or [],
+        result = await run_search(fhir, base_url, kind, [kind], entry.criteria or [],
                                   strict=False)
         return {"resource": result, "response": {"status": "200 OK"}}
     version = None
@@ -511,7 +508,7 @@ async def read_entry(service: FhirService, entry: Entry, base_url: str) -> dict[
         if not entry.version.isdigit():
             raise FhirError.of(404, "not-found", f"Unknown version {entry.version!r}")
         version = int(entry.version)
-    stored = await service.read(kind, entry.resource_id, version)
+    stored = await fhir.read(kind, entry.resource_id, version)
     result = response_entry(stored, 200, base_url, None if entry.method == "GET" else "minimal")
     result["response"].pop("location", None)
     return result
@@ -545,10 +542,11 @@ def _cyclic_gc_deferred(large: bool) -> Iterator[None]:
             gc.enable()
 
 
-async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "",
-                         prefer: str | None = None, on_commit: OnCommit | None = None
-                         ) -> dict[str, Any]:
-    """A transaction or batch Bundle → its response Bundle (FhirError when refused).
+async def process_bundle(service: FhirService, bundle: Any, *, access: Access,
+                         base_url: str = "", prefer: str | None = None,
+                         on_commit: OnCommit | None = None) -> dict[str, Any]:
+    """A transaction or batch Bundle → its response Bundle (FhirError when refused), each
+    entry as ``access`` allows (``SYSTEM`` for the platform's own doors).
 
     ``on_commit(staging, written)`` (transactions only) runs inside the commit with the
     "Type/id" each entry wrote or matched, in entry order; what it stages (documents,
@@ -557,12 +555,13 @@ async def process_bundle(service: FhirService, bundle: Any, *, base_url: str = "
     if kind == "batch":
         from fhir_server.interactions.batch import process_batch
 
-        return await process_batch(service, bundle, base_url=base_url, prefer=prefer)
+        return await process_batch(CallerFhir(service, access), bundle, base_url=base_url,
+                                   prefer=prefer)
     raw_entries = bundle_entries(bundle, "transaction")
     with _cyclic_gc_deferred(len(raw_entries) >= 50):
         entries = [parse_entry(i, e, base_url) for i, e in enumerate(raw_entries)]
-        return await Transaction(service, entries, base_url=base_url, prefer=prefer,
-                                 on_commit=on_commit).run()
+        return await Transaction(CallerFhir(service, access), entries, base_url=base_url,
+                                 prefer=prefer, on_commit=on_commit).run()
 
 
 async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:
@@ -571,6 +570,7 @@ async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:
     size = request.headers.get("content-length", "")
     with _cyclic_gc_deferred(size.isdigit() and int(size) > 64 * 1024):  # parsing included
         body = await read_json_body(request)
-        result = await process_bundle(ctx.service, body, base_url=ctx.fhir_base(request),
+        result = await process_bundle(ctx.service, body, access=ctx.caller(request).access,
+                                      base_url=ctx.fhir_base(request),
                                       prefer=prefer_return(request))
     return FhirResponse(result)

@@ -26,8 +26,8 @@ async def update(ctx: FhirContext, request: Request, resource_type: str, resourc
     check_format(request)
     if_match = parse_etag(request.headers.get("if-match"))
     body = await read_json_body(request)
-    stored, created = await ctx.service.update(resource_type, resource_id, body,
-                                               if_match=if_match)
+    stored, created = await ctx.caller(request).update(resource_type, resource_id, body,
+                                                       if_match=if_match)
     location = ctx.location(request, resource_type, stored.id, stored.version)
     return resource_response(stored, 201 if created else 200, prefer=prefer_return(request),
                              location=location)
@@ -39,7 +39,7 @@ async def conditional_update(ctx: FhirContext, request: Request, resource_type: 
     ctx.service.check_type(resource_type)
     if_match = parse_etag(request.headers.get("if-match"))
     body = await read_json_body(request)
-    stored, created = await ctx.service.conditional_update(
+    stored, created = await ctx.caller(request).conditional_update(
         resource_type, conditional_criteria(request), body, if_match=if_match)
     location = ctx.location(request, resource_type, stored.id, stored.version)
     return resource_response(stored, 201 if created else 200, prefer=prefer_return(request),

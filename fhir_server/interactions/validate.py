@@ -37,7 +37,7 @@ async def validate(ctx: FhirContext, request: Request, resource_type: str,
         if resource_id is None:
             raise FhirError.of(400, "required", "mode=delete needs the id in the URL "
                                f"([base]/{resource_type}/[id]/$validate)")
-        await ctx.service.read(resource_type, resource_id)  # 404 / 410 as for a read
+        await ctx.caller(request).read(resource_type, resource_id)  # 404/410/403 as a read
     else:
         if resource is None:
             raise FhirError.of(400, "required", "No resource to validate: send it as the "

@@ -15,5 +15,5 @@ async def vread(ctx: FhirContext, request: Request, resource_type: str, resource
     check_format(request)
     if not version_id.isdigit():
         raise FhirError.of(404, "not-found", f"Unknown version {version_id!r}")
-    stored = await ctx.service.read(resource_type, resource_id, int(version_id))
+    stored = await ctx.caller(request).read(resource_type, resource_id, int(version_id))
     return resource_response(stored)

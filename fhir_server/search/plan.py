@@ -33,6 +33,7 @@ from fhir_server.search.values import normalize, number_range, parse_reference
 
 DEFAULT_COUNT = 20
 MAX_COUNT = 1000
+MAX_OFFSET = 10_000  # how deep a plan may page by offset (the /api lists' page/limit)
 MAX_CHAIN_DEPTH = 4
 PREFIXES = ("eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap")
 SUMMARY_MODES = ("true", "false", "text", "data", "count")
@@ -184,6 +185,33 @@ class Compartment:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessGrant:
+    """One alternative of a plan's access filter (see :mod:`fhir_server.access`, which
+    builds them from a caller's grants): a resource passes when it is of one of ``types``
+    (``None``: any) and matches every condition that is set. A plan passes a resource
+    when any of its alternatives does.
+
+    - ``owners``: one of these ``_security`` labels (the owning organizations);
+    - ``identifiers``: one of these ``identifier`` values;
+    - ``patients``: one of these Patients, or in the compartment of one of them through
+      the reference parameters ``members`` lists for its type.
+    """
+
+    types: frozenset[str] | None
+    owners: tuple[TokenCriterion, ...] | None = None
+    identifiers: tuple[TokenCriterion, ...] | None = None
+    patients: tuple[str, ...] | None = None
+    members: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def covers(self, resource_type: str) -> bool:
+        return self.types is None or resource_type in self.types
+
+    @property
+    def unconditional(self) -> bool:
+        return self.owners is None and self.identifiers is None and self.patients is None
+
+
+@dataclass(frozen=True, slots=True)
 class Cursor:
     """Keyset position: the sort tuple of the row a page ends (or starts) at."""
 
@@ -210,6 +238,7 @@ class SearchPlan:
     clauses: list[Clause] = field(default_factory=list)
     sort: list[SortKey] = field(default_factory=list)
     count: int = DEFAULT_COUNT
+    offset: int = 0  # matches skipped before the page (at most MAX_OFFSET)
     cursor: Cursor | None = None
     total: str | None = None  # none | estimate | accurate; None: when cheap
     summary: str | None = None
@@ -219,6 +248,10 @@ class SearchPlan:
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (parameter, why unused)
     compartment: Compartment | None = None
     all_types: bool = False  # system search without _type
+    # What the caller may see (None: everything); set by the FHIR service, never parsed
+    # from the query. Adapters apply it to the matches, the includes, the targets of
+    # chains and _has, and to conditions re-checked inside a commit.
+    access: tuple[AccessGrant, ...] | None = None
 
     @property
     def resource_type(self) -> str:

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fhir_server.search.plan import Cursor, SearchPlan
+from fhir_server.search.plan import AccessGrant, Cursor, SearchPlan
 
 JSON = dict[str, Any]
 
@@ -249,9 +249,11 @@ class ResourceStore(Protocol):
     async def history(
         self, resource_type: str | None, id: str | None, *, since: str | None = None,
         at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,
+        access: Sequence[AccessGrant] | None = None,
     ) -> HistoryPage:
         """Versions newest first; ``before_seq`` continues after a page's last entry, so
-        pages stay stable while new versions are written."""
+        pages stay stable while new versions are written. With ``access`` (a search plan's
+        access filter), only the versions of resources it admits now."""
         ...
 
     async def list_ids(

@@ -51,7 +51,7 @@ import orjson
 
 from fhir_server.search.phonetic import PARAM as PHONETIC
 from fhir_server.search.phonetic import phonetic_code
-from fhir_server.search.plan import SearchPlan
+from fhir_server.search.plan import AccessGrant, SearchPlan
 from fhir_server.store.port import (
     JSON,
     Condition,
@@ -70,7 +70,13 @@ from fhir_server.store.port import (
     StoreError,
     VersionConflict,
 )
-from fhir_server.store.sqlite_search import SQLiteSearch, plain_token, system_matches
+from fhir_server.store.sqlite_access import compile_access
+from fhir_server.store.sqlite_search import (
+    Compiler,
+    SQLiteSearch,
+    plain_token,
+    system_matches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +386,7 @@ class SQLiteStore:
                         "`healthplatform reindex` so existing resources are searchable")
         conn.executescript(_index_schema())
         self._conn = conn
-        self._search = SQLiteSearch(conn, self._fetch_rids)
+        self._search = SQLiteSearch(conn, self._fetch_rids, compile_access)
         if self.path == ":memory:":
             self._writer_conn, self._writer_search = conn, self._search
         else:
@@ -389,7 +395,8 @@ class SQLiteStore:
             # Checkpoints copy WAL frames straight to the file: no use for a page cache.
             self._checkpointer = _Checkpointer(_connect(self.path, 2))
             self._writer_search = SQLiteSearch(
-                self._writer_conn, lambda rids: self._fetch_rids(rids, self._writer_conn))
+                self._writer_conn, lambda rids: self._fetch_rids(rids, self._writer_conn),
+                compile_access)
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self._writer_conn.execute(_BULK_VIEW)
         self._writer_conn.execute(_BULK_TRIGGER)
@@ -503,9 +510,20 @@ class SQLiteStore:
     async def history(
         self, resource_type: str | None, id: str | None, *, since: str | None = None,
         at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,
+        access: Sequence[AccessGrant] | None = None,
     ) -> HistoryPage:
         where: list[str] = []
         args: list[Any] = []
+        if access is not None:
+            # The versions of the resources the caller may read now (index rows are those
+            # of current versions: a deleted resource's history is an administrator's).
+            allowed = compile_access(Compiler(self.conn), access,
+                                     None if resource_type is None else [resource_type])
+            if allowed is not None:
+                check, check_args = allowed.check("r.rid")
+                where.append("EXISTS (SELECT 1 FROM resources r WHERE r.type = versions.type "
+                             f"AND r.id = versions.id AND r.deleted = 0 AND {check})")
+                args.extend(check_args)
         if resource_type is not None:
             where.append("type = ?")
             args.append(resource_type)
@@ -1184,7 +1202,7 @@ class _PendingIndex:
         """The pending resources (rid → id) that match ``plan``, when it is one a
         conditional write usually carries (token equalities such as
         ``identifier=system|value``, AND-ed); None for any other plan."""
-        if len(plan.resource_types) != 1 or not plan.clauses:
+        if len(plan.resource_types) != 1 or not plan.clauses or plan.access is not None:
             return None
         resource_type = plan.resource_types[0]
         matched: set[int] | None = None

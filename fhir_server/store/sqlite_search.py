@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 
 from fhir_server.search.plan import (
+    AccessGrant,
     ChainCriterion,
     Clause,
     CompositeCriterion,
@@ -344,14 +345,32 @@ def _inner_priority(inner: Compiled) -> int:
 
 # --- the compiler ------------------------------------------------------------------------
 
+AccessCompiler = Callable[["Compiler", Sequence[AccessGrant], Sequence[str] | None],
+                          "Compiled | None"]
+
+
 class Compiler:
-    """Compiles clauses for a set of resource types (every alias it writes is unique)."""
+    """Compiles clauses for a set of resource types (every alias it writes is unique).
+
+    With ``access`` (the plan's access filter), the targets of chains and ``_has`` are
+    limited to what the caller may see, as the matches are: a caller cannot learn of a
+    resource it may not read through a search it may run."""
 
     def __init__(self, conn: sqlite3.Connection, all_types: bool = False,
-                 aliases: Iterator[int] | None = None):
+                 aliases: Iterator[int] | None = None,
+                 access: Sequence[AccessGrant] | None = None,
+                 access_compiler: AccessCompiler | None = None):
         self.conn = conn
         self.all_types = all_types
         self.aliases = aliases if aliases is not None else itertools.count(1)
+        self.access = access
+        self.access_compiler = access_compiler
+
+    def restricted(self, types: Sequence[str] | None) -> Compiled | None:
+        """The access filter over candidates of ``types`` (None: unrestricted)."""
+        if self.access is None or self.access_compiler is None:
+            return None
+        return self.access_compiler(self, self.access, types)
 
     def alias(self, stem: str) -> str:
         return f"{stem}{next(self.aliases)}"
@@ -453,8 +472,13 @@ class Compiler:
 
     # -- chains and _has ---------------------------------------------------------------------
     def _inner(self, clause: Clause, types: Sequence[str]) -> tuple[Compiled, bool]:
-        """Compile an inner clause; ``small`` when few enough resources match to list them."""
-        inner = Compiler(self.conn, aliases=self.aliases).clause(clause, types)
+        """Compile an inner clause (limited to what the caller may see); ``small`` when
+        few enough resources match to list them."""
+        inner = Compiler(self.conn, aliases=self.aliases, access=self.access,
+                         access_compiler=self.access_compiler).clause(clause, types)
+        allowed = self.restricted(types)
+        if allowed is not None:
+            inner = _both(inner, allowed)
         if inner.source is None:
             return inner, False
         inner.estimate = self.capped_count(inner.source, ESTIMATE_CAP)
@@ -548,6 +572,20 @@ class Compiler:
         return Compiled(source, check, priority=0)
 
 
+def _both(first: Compiled, second: Compiled) -> Compiled:
+    """Candidates matching both (the first's source, narrowed by the second's check)."""
+    def check(rid: str) -> SQL:
+        a, b = first.check(rid), second.check(rid)
+        return f"({a[0]}) AND ({b[0]})", [*a[1], *b[1]]
+    if first.source is None:
+        return Compiled(None, check, priority=first.priority, countable=first.countable)
+    source = first.source
+    narrowed, narrow_args = second.check(source.rid)
+    return Compiled(Source(source.from_sql, f"{source.where} AND {narrowed}",
+                           [*source.args, *narrow_args], source.rid), check,
+                    priority=first.priority, countable=first.countable, ordered=first.ordered)
+
+
 # --- sort keys -----------------------------------------------------------------------------
 
 _SORT_COLUMNS = {  # type → (table, ascending column, descending column, row filter)
@@ -602,9 +640,11 @@ class SQLiteSearch:
     """Runs search plans on the store's connection (synchronously, like every call)."""
 
     def __init__(self, conn: sqlite3.Connection,
-                 fetch: Callable[[Sequence[int]], list[tuple[int, StoredResource]]]):
+                 fetch: Callable[[Sequence[int]], list[tuple[int, StoredResource]]],
+                 access_compiler: AccessCompiler | None = None):
         self.conn = conn
         self.fetch = fetch
+        self.access_compiler = access_compiler
 
     @contextmanager
     def budget(self) -> Iterator[None]:
@@ -628,10 +668,14 @@ class SQLiteSearch:
 
     # -- planning ----------------------------------------------------------------------------
     def prepare(self, plan: SearchPlan) -> _Query:
-        compiler = Compiler(self.conn, plan.all_types)
+        compiler = Compiler(self.conn, plan.all_types, access=plan.access,
+                            access_compiler=self.access_compiler)
         compiled = [compiler.clause(c, plan.resource_types) for c in plan.clauses]
         if plan.compartment is not None:
             compiled.append(compiler.compartment(plan))
+        allowed = compiler.restricted(None if plan.all_types else plan.resource_types)
+        if allowed is not None:
+            compiled.append(allowed)
         query = _Query(plan, compiled)
         drivers: list[Compiled] = []
         for candidate in sorted((c for c in compiled if c.source is not None),
@@ -695,7 +739,7 @@ class SQLiteSearch:
                   ) -> list[str]:
         """Ids of up to ``limit`` current resources matching ``plan`` (conditionals),
         leaving out the resources whose rids are ``hidden``."""
-        direct = _token_match(plan)
+        direct = _token_match(plan) if plan.access is None else None
         if direct is not None:  # the usual condition: one index lookup, nothing to plan
             sql, args = direct
             hits = self.conn.execute(sql, [*args, limit + len(hidden)]).fetchall()
@@ -721,7 +765,8 @@ class SQLiteSearch:
         once) are answered together, a statement per ``_TRIPLES_PER_STATEMENT``; any
         other plan on its own."""
         answers: list[list[str] | None] = [None] * len(plans)
-        plain = [(i, p) for i, p in enumerate(plans) if plain_token_plan(p)]
+        plain = [(i, p) for i, p in enumerate(plans)
+                 if plain_token_plan(p) and p.access is None]
         for start in range(0, len(plain), _TRIPLES_PER_STATEMENT):
             chunk = plain[start:start + _TRIPLES_PER_STATEMENT]
             triples = sorted({(p.resource_types[0], param, c.code)
@@ -779,8 +824,8 @@ class SQLiteSearch:
         sql, args = source.select(f"DISTINCT {source.rid}")
         rows = self.conn.execute(
             f"{sql} AND {keyset} AND {checks} ORDER BY {source.rid} "
-            f"{'DESC' if backwards else 'ASC'} LIMIT ?",
-            [*args, *keyset_args, *check_args, plan.count + 1]).fetchall()
+            f"{'DESC' if backwards else 'ASC'} LIMIT ? OFFSET ?",
+            [*args, *keyset_args, *check_args, plan.count + 1, plan.offset]).fetchall()
         more = len(rows) > plan.count
         rows = rows[:plan.count]
         if backwards:
@@ -830,8 +875,9 @@ class SQLiteSearch:
         rows = self.conn.execute(
             f"WITH m(rid) AS ({sql} AND {checks}), "
             f"k AS (SELECT m.rid AS rid, {key_columns} FROM m) "
-            f"SELECT {select} FROM k WHERE {keyset} ORDER BY {order} LIMIT ?",
-            [*args, *check_args, *key_args, *keyset_args, plan.count + 1]).fetchall()
+            f"SELECT {select} FROM k WHERE {keyset} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*args, *check_args, *key_args, *keyset_args, plan.count + 1,
+             plan.offset]).fetchall()
         more = len(rows) > plan.count
         rows = rows[:plan.count]
         if backwards:
@@ -843,7 +889,7 @@ class SQLiteSearch:
         plan = query.plan
         key = plan.sort[0]
         backwards = plan.cursor is not None and plan.cursor.backwards
-        wanted = plan.count + 1
+        wanted = plan.offset + plan.count + 1
         phases = [0, 1]
         start_phase = 0
         if plan.cursor is not None:
@@ -858,6 +904,7 @@ class SQLiteSearch:
             rows += self._stream_phase(query, key, phase, cursor, backwards, wanted - len(rows))
             if len(rows) >= wanted:
                 break
+        rows = rows[plan.offset:]
         more = len(rows) > plan.count
         rows = rows[:plan.count]
         if backwards:
@@ -944,7 +991,8 @@ class SQLiteSearch:
         for depth in range(MAX_INCLUDE_DEPTH):
             includes = [i for i in plan.includes if depth == 0 or i.iterate]
             revincludes = [i for i in plan.revincludes if depth == 0 or i.iterate]
-            rids = self._forward(includes, frontier) + self._reverse(revincludes, frontier)
+            rids = (self._forward(plan, includes, frontier)
+                    + self._reverse(plan, revincludes, frontier))
             new = [r for r in dict.fromkeys(rids) if r not in seen]
             seen.update(new)
             if len(included) + len(new) > MAX_INCLUDED:
@@ -957,14 +1005,23 @@ class SQLiteSearch:
             frontier = new
         return included
 
-    def _forward(self, includes: Sequence[Include], frontier: Sequence[int]) -> list[int]:
+    def _allowed(self, plan: SearchPlan, rid: str) -> SQL:
+        """The plan's access filter on an included resource (of any type)."""
+        if plan.access is None or self.access_compiler is None:
+            return "1", []
+        compiled = self.access_compiler(Compiler(self.conn), plan.access, None)
+        return compiled.check(rid) if compiled is not None else ("1", [])
+
+    def _forward(self, plan: SearchPlan, includes: Sequence[Include], frontier: Sequence[int]
+                 ) -> list[int]:
         if not includes or not frontier:
             return []
         rids: list[int] = []
         sources, source_args = _in("x.rid", frontier)
+        allowed, allowed_args = self._allowed(plan, "t.rid")
         for include in includes:
-            where = [sources, "x.type = ?", "x.target_id IS NOT NULL"]
-            args: list[Any] = [*source_args, include.source_type]
+            where = [sources, "x.type = ?", "x.target_id IS NOT NULL", allowed]
+            args: list[Any] = [*source_args, include.source_type, *allowed_args]
             if include.param != "*":
                 param_sql, param_args = _in("x.param", include.stored or (include.param,))
                 where.append(param_sql)
@@ -980,7 +1037,8 @@ class SQLiteSearch:
             rids += [r[0] for r in rows]
         return rids
 
-    def _reverse(self, revincludes: Sequence[Include], frontier: Sequence[int]) -> list[int]:
+    def _reverse(self, plan: SearchPlan, revincludes: Sequence[Include],
+                 frontier: Sequence[int]) -> list[int]:
         if not revincludes or not frontier:
             return []
         where_rids, rid_args = _in("rid", frontier)
@@ -994,8 +1052,9 @@ class SQLiteSearch:
                 continue
             ids, id_args = _in("x.target_id", [rid for _kind, rid in wanted])
             kinds, kind_args = _in("x.target_type", sorted({kind for kind, _rid in wanted}))
-            where, args = [ids, kinds, "x.type = ?"], [*id_args, *kind_args,
-                                                        include.source_type]
+            allowed, allowed_args = self._allowed(plan, "x.rid")
+            where, args = [ids, kinds, "x.type = ?", allowed], [
+                *id_args, *kind_args, include.source_type, *allowed_args]
             if include.param != "*":
                 param_sql, param_args = _in("x.param", include.stored or (include.param,))
                 where.append(param_sql)

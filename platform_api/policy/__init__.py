@@ -50,6 +50,7 @@ class Policy:
 
     def __init__(self, fhir: FhirService, store: ResourceStore, *, ttl: float = 5.0):
         self.subjects = SubjectLoader(fhir, store, ttl=ttl)
+        fhir.add_write_listener(self.resources_written)
 
     async def subject(self, principal: Principal) -> Subject:
         return await self.subjects.subject(principal)
@@ -66,10 +67,10 @@ class Policy:
     def membership_changed(self, user_id: str) -> None:
         self.subjects.invalidate(user_id)
 
-    def resource_written(self, resource_type: str) -> None:
-        """A write committed in this process: a Consent, or a user's Patient or
+    def resources_written(self, types: frozenset[str]) -> None:
+        """Writes committed in this process: a Consent, or a user's Patient or
         Practitioner record, can change what anyone may see (from the next request)."""
-        if resource_type in SUBJECT_TYPES:
+        if not SUBJECT_TYPES.isdisjoint(types):
             self.subjects.invalidate()
 
 

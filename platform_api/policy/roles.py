@@ -79,8 +79,10 @@ CATEGORIES: Mapping[str, frozenset[str]] = {
         "SpecimenDefinition", "StructureDefinition", "StructureMap", "Substance",
         "TerminologyCapabilities", "TestScript", "ValueSet",
     }),
-    # the platform's own records of what happened
-    "records": frozenset({"AuditEvent", "Provenance"}),
+    # who wrote what, recorded by the systems that write clinical data
+    "provenance": frozenset({"Provenance"}),
+    # the platform's own record of who did what (written by the platform itself)
+    "audit": frozenset({"AuditEvent"}),
 }
 
 # -- roles ---------------------------------------------------------------------------------
@@ -100,21 +102,22 @@ ORG_ROLES = (ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_LAB, ORG_PHARMACIST, ORG_RECE
 ROLE_PERMISSIONS: Mapping[str, Mapping[str, str]] = {
     ORG_ADMIN: {"demographics": "crud", "clinical": "crud", "scheduling": "crud",
                 "financial": "crud", "consent": "crud", "supply": "crud",
-                "directory": "crud", "definitions": "crud", "records": "r"},
+                "directory": "crud", "definitions": "crud", "provenance": "cr", "audit": "r"},
     ORG_DOCTOR: {"demographics": "cru", "clinical": "crud", "scheduling": "cru",
-                 "financial": "r", "consent": "cru", "supply": "cr", "definitions": "cru"},
+                 "financial": "r", "consent": "cru", "supply": "cr", "definitions": "cru",
+                 "provenance": "cr"},
     ORG_NURSE: {"demographics": "cru", "clinical": "cru", "scheduling": "cru",
-                "consent": "r", "supply": "cr"},
-    ORG_LAB: {"demographics": "r", "laboratory": "cru"},
+                "consent": "r", "supply": "cr", "provenance": "cr"},
+    ORG_LAB: {"demographics": "r", "laboratory": "cru", "provenance": "cr"},
     ORG_PHARMACIST: {"demographics": "r", "clinical": "r", "medication": "cru",
-                     "supply": "cru"},
+                     "supply": "cru", "provenance": "cr"},
     ORG_RECEPTIONIST: {"demographics": "cru", "encounters": "cru", "scheduling": "crud",
                        "financial": "r", "consent": "cr"},
     ORG_BILLING: {"demographics": "r", "encounters": "r", "diagnoses": "r",
                   "financial": "crud"},
     # a user's own record (their Patient and its compartment, whoever owns it)
     PATIENT: {"demographics": "ru", "clinical": "r", "scheduling": "r", "financial": "r",
-              "consent": "cru", "messages": "cr", "forms": "cru"},
+              "consent": "cru", "messages": "cr", "forms": "cru", "provenance": "r"},
     # any signed-in user
     EVERYONE: {"directory": "r", "definitions": "r"},
 }

@@ -16,7 +16,7 @@ import pytest_asyncio
 from asgi_lifespan import LifespanManager
 
 from platform_api.app import create_app
-from tests.conftest import make_settings, register_and_login
+from tests.conftest import make_clinic_admin, make_settings
 from tests.fhir_server.clinical_data import server_ids, transaction_bundle
 
 FHIR = {"Content-Type": "application/fhir+json"}
@@ -58,7 +58,7 @@ async def clinical(tmp_path_factory: Any) -> AsyncIterator[Clinical]:
     async with LifespanManager(application):
         transport = httpx.ASGITransport(app=application, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-            user = await register_and_login(c, first_name="Wanjiku", last_name="Kamau")
+            user = await make_clinic_admin(c)
             headers = {**user["headers"], **FHIR}
             response = await c.post("/fhir", json=transaction_bundle(), headers=headers)
             assert response.status_code == 200, response.text

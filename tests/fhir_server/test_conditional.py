@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from fhir_server.access import SYSTEM
+from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
 from fhir_server.store import SQLiteStore
 from tests.fhir_server.clinical_data import MRN
@@ -24,8 +26,8 @@ def patient(mrn: str, family: str = "Odhiambo", **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def h(user: dict[str, Any]) -> dict[str, str]:
-    return {**user["headers"], **FHIR}
+def h(clinic_admin: dict[str, Any]) -> dict[str, str]:
+    return {**clinic_admin["headers"], **FHIR}
 
 
 async def count(client, h, query: str) -> int:
@@ -84,11 +86,11 @@ def test_conditional_creates_from_two_processes_create_one_resource(tmp_path: Pa
         async def run() -> None:
             store = SQLiteStore(path)
             await store.open()
-            service = FhirService(store)
+            fhir = CallerFhir(FhirService(store), SYSTEM)
             barrier.wait()
             for _ in range(20):
-                _stored, created = await service.conditional_create(
-                    patient("KE-PROC"), [("identifier", f"{MRN}|KE-PROC")])
+                _stored, created = await fhir.create(
+                    patient("KE-PROC"), if_none_exist=[("identifier", f"{MRN}|KE-PROC")])
                 results.append(created)
             await store.close()
         asyncio.run(run())

@@ -49,13 +49,18 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 async def token(base: str) -> str:
+    """The token of an integrator who runs a clinic's records (its ORG:ADMIN)."""
     async with httpx.AsyncClient(base_url=base) as http:
         account = {"email": "integrator@clinic.example.org", "password": "correct horse battery",
                    "first_name": "Ifeoma", "last_name": "Nwosu"}
         assert (await http.post("/api/auth/register", json=account)).status_code == 201
         login = await http.post("/api/auth/login", json={"email": account["email"],
                                                          "password": account["password"]})
-        return str(login.json()["data"]["token"])
+        token = str(login.json()["data"]["token"])
+        clinic = await http.post("/api/organizations", json={"name": "Enugu Family Clinic"},
+                                 headers={"Authorization": f"Bearer {token}"})
+        assert clinic.status_code == 201, clinic.text
+        return token
 
 
 def observation(client: Any, patient: Any, value: int, day: int) -> Any:

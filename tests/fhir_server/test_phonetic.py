@@ -13,7 +13,7 @@ from fhir_server.search.plan import parse_search
 from fhir_server.search.registry import builtin_registry
 from fhir_server.store.sqlite import SQLiteStore
 from fhir_server.store.sqlite import _upgrade_index_schema as upgrade
-from tests.conftest import register_and_login
+from tests.conftest import make_clinic_admin
 from tests.fhir_server.conftest import FHIR
 
 REGISTRY = builtin_registry()
@@ -44,7 +44,7 @@ def test_the_index_holds_the_code_of_each_name_part():
 
 
 async def test_phonetic_search_finds_spelling_variants(client):
-    user = await register_and_login(client)
+    user = await make_clinic_admin(client)
     headers = {**user["headers"], **FHIR}
     ids = {}
     for resource in (person("Patient", "Otieno", "Mohammed"), person("Patient", "Smith", "Grace"),

@@ -29,8 +29,8 @@ def patient(family: str, maiden_name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def h(user: dict[str, Any]) -> dict[str, str]:
-    return {**user["headers"], **FHIR}
+def h(clinic_admin: dict[str, Any]) -> dict[str, str]:
+    return {**clinic_admin["headers"], **FHIR}
 
 
 async def matches(client, h, query: str) -> tuple[list[str], bool]:

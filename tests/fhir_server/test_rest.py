@@ -24,8 +24,8 @@ def amina() -> dict[str, Any]:
 
 
 @pytest.fixture
-def h(user: dict[str, Any]) -> dict[str, str]:
-    return {**user["headers"], **FHIR}
+def h(clinic_admin: dict[str, Any]) -> dict[str, str]:
+    return {**clinic_admin["headers"], **FHIR}
 
 
 async def create(client: httpx.AsyncClient, h: dict[str, str], body: dict | None = None,

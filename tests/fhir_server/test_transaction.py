@@ -15,8 +15,8 @@ FHIR = {"Content-Type": "application/fhir+json"}
 
 
 @pytest.fixture
-def h(user: dict[str, Any]) -> dict[str, str]:
-    return {**user["headers"], **FHIR}
+def h(clinic_admin: dict[str, Any]) -> dict[str, str]:
+    return {**clinic_admin["headers"], **FHIR}
 
 
 def patient(mrn: str, family: str = "Odhiambo") -> dict[str, Any]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from fhir_server.access import SYSTEM
+from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
 from fhir_server.store import store_from_url
 from hl7_gateway.gateway import DEAD_LETTERS, MESSAGES, RESULT_TOPIC, HL7Gateway
@@ -161,7 +163,7 @@ async def test_repeated_adts_update_one_patient_and_keep_what_others_added(
     assert (await gateway.process(adt("A01", "ADT-1"))).ack_code == "AA"
     [patient] = await search(fhir, "Patient")
     patient["identifier"].append({"system": "urn:oid:2.16.404.1", "value": "KE-29384756"})
-    await fhir.update("Patient", patient["id"], patient)
+    await CallerFhir(fhir, SYSTEM).update("Patient", patient["id"], patient)
     assert (await gateway.process(adt("A08", "ADT-2", family="Achieng-Otieno"))).ack_code == "AA"
     assert (await gateway.process(adt("A03", "ADT-3", discharge="20240305120000+0300"))
             ).ack_code == "AA"

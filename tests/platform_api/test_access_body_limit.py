@@ -69,10 +69,11 @@ async def test_chunked_oversized_body_is_cut_off_with_413(
 
 
 async def test_bodies_within_the_limit_pass(
-    client: httpx.AsyncClient, user: dict[str, object]
+    client: httpx.AsyncClient, clinic_admin: dict[str, object]
 ) -> None:
     patient = {"resourceType": "Patient", "name": [{"family": "Odhiambo", "given": ["Amina"]}]}
-    headers = {**user["headers"], "Content-Type": "application/fhir+json"}  # type: ignore[dict-item]
+    headers = {**clinic_admin["headers"],  # type: ignore[dict-item]
+               "Content-Type": "application/fhir+json"}
     assert (await client.post("/fhir/Patient", json=patient, headers=headers)).status_code == 201
     chunked = await client.post("/fhir/Patient", content=chunks(orjson.dumps(patient), 16),
                                 headers=headers)

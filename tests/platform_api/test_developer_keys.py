@@ -100,8 +100,10 @@ async def test_scopes_must_be_known_resource_and_action(
 
 # -- using keys ------------------------------------------------------------------------
 async def test_a_key_reaches_what_its_scopes_name_and_nothing_else(
-    client: httpx.AsyncClient, user: dict[str, Any]
+    client: httpx.AsyncClient, clinic_admin: dict[str, Any]
 ) -> None:
+    """A clinic's integration key: its owner's rights, within the key's scopes."""
+    user = clinic_admin
     reader = api_key(await create_key(client, user["headers"], ["Patient:read"]))
     writer = api_key(await create_key(client, user["headers"], ["Patient:*", "*:read"]))
     assert (await client.get("/fhir/Patient", headers=reader)).status_code == 200

@@ -1,23 +1,36 @@
-"""The facade kit: a facade declared with mappers gets CRUD routes with the envelope,
-pagination and its access rule; status tables refuse moves they do not list."""
+"""The facade kit: a facade declared with mappers, a scope, filters, a status table and
+events gets its routes — lists are one FHIR search scoped to what the caller may see,
+writes go through the access policy, refused moves are 409 INVALID_TRANSITION."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from platform_api.app import create_app
 from platform_api.envelope import ApiError
-from platform_api.facade import Access, Facade, MappingContext, StatusTable, platform_admin_only
-from tests.conftest import make_admin, make_settings, register_and_login
+from platform_api.facade import (
+    ApiContext,
+    Events,
+    Facade,
+    ItemContext,
+    OrganizationScope,
+    SearchParam,
+    StatusTable,
+)
+from platform_api.policy.roles import ORG_BILLING, ORG_NURSE
+from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
+
+RoomStatus = Literal["active", "suspended", "inactive"]
 
 
 class RoomCreate(BaseModel):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=100)
     floor: str | None = None
 
 
@@ -26,7 +39,12 @@ class RoomView(RoomCreate):
     status: str
 
 
-def room_to_fhir(payload: dict, ctx: MappingContext, existing: dict | None) -> dict:
+class RoomQuery(BaseModel):
+    status: Annotated[RoomStatus | None, SearchParam("status")] = None
+    name: Annotated[str | None, SearchParam("name")] = None
+
+
+def room_to_fhir(payload: dict, ctx: ApiContext, existing: dict | None) -> dict:
     location = dict(existing) if existing else {"resourceType": "Location", "status": "active",
                                                 "mode": "instance"}
     location["name"] = payload.get("name", location.get("name"))
@@ -41,54 +59,176 @@ def room_from_fhir(location: dict) -> dict:
             "status": location["status"]}
 
 
-rooms = Facade(resource="Location", name="Room", create_model=RoomCreate, view_model=RoomView,
-               to_fhir=room_to_fhir, from_fhir=room_from_fhir,
-               access=Access(write=platform_admin_only))
+ROOM_STATUS = StatusTable.of(active=["suspended", "inactive"], suspended=["active", "inactive"],
+                             inactive=[])
+rooms = Facade(resource="Location", name="Room", create=RoomCreate, view=RoomView,
+               query=RoomQuery, to_fhir=room_to_fhir, from_fhir=room_from_fhir,
+               scope=OrganizationScope(), statuses=ROOM_STATUS, sort="name",
+               events=Events(created="platform.test.room_created"), tags=["test rooms"])
+router = APIRouter()
+rooms.mount(router, "/api/test-orgs/{org_id}/rooms")
+rooms.action("close", to="inactive", summary="Close a room", event="platform.test.room_closed")
+
+
+@rooms.route("POST", "/{resource_id}/rename", body=RoomCreate, summary="Rename a room")
+async def rename(ctx: ItemContext[RoomCreate]) -> dict[str, Any]:
+    assert ctx.body is not None
+    return await ctx.save({**ctx.resource, "name": ctx.body.name})
 
 
 @pytest.fixture
-async def kit_client(tmp_path) -> Any:
+async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
-    app.include_router(rooms.routes("/api/test-rooms"))
+    app.include_router(router)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             yield app, client
 
 
-async def test_generated_routes_do_crud_through_fhir(kit_client):
-    app, client = kit_client
-    admin = await make_admin(app, client)
-    h = admin["headers"]
-    created = await client.post("/api/test-rooms", json={"name": "Theatre 1", "floor": "2"},
-                                headers=h)
+async def test_generated_routes_do_crud_through_fhir_owned_by_the_scope(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/rooms"
+    created = await client.post(base, json={"name": "Theatre 1", "floor": "2"}, headers=h)
     assert created.status_code == 201, created.text
     room = created.json()["data"]
     assert room == {"id": room["id"], "name": "Theatre 1", "floor": "2", "status": "active"}
     fhir = (await client.get(f"/fhir/Location/{room['id']}", headers=h)).json()
     assert fhir["name"] == "Theatre 1" and fhir["mode"] == "instance"
-    await client.post("/api/test-rooms", json={"name": "Ward A"}, headers=h)
-    listing = (await client.get("/api/test-rooms?limit=1&page=2", headers=h)).json()
-    assert listing["meta"] == {"page": 2, "limit": 1, "total": 2} and len(listing["data"]) == 1
-    updated = await client.put(f"/api/test-rooms/{room['id']}", json={"name": "Theatre One"},
-                               headers=h)
+    assert {"system": "urn:healthplatform:organization", "code": admin["org_id"],
+            "display": "Owning organization"} in fhir["meta"]["security"]
+    await client.post(base, json={"name": "Ward A"}, headers=h)
+    listing = (await client.get(f"{base}?limit=1&page=2", headers=h)).json()
+    assert listing["meta"] == {"page": 2, "limit": 1, "total": 2}
+    assert [r["name"] for r in listing["data"]] == ["Ward A"]  # sorted by name
+    updated = await client.put(f"{base}/{room['id']}", json={"name": "Theatre One"}, headers=h)
     assert updated.json()["data"]["name"] == "Theatre One"
     assert updated.json()["data"]["floor"] == "2"
-    deleted = await client.delete(f"/api/test-rooms/{room['id']}", headers=h)
+    deleted = await client.delete(f"{base}/{room['id']}", headers=h)
     assert deleted.json()["data"] == {"id": room["id"], "deleted": True}
-    gone = await client.get(f"/api/test-rooms/{room['id']}", headers=h)
+    gone = await client.get(f"{base}/{room['id']}", headers=h)
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "NOT_FOUND"
 
 
-async def test_generated_routes_enforce_access_and_validation(kit_client):
-    _app, client = kit_client
+async def test_query_models_become_search_parameters(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/rooms"
+    ward = (await client.post(base, json={"name": "Ward B"}, headers=h)).json()["data"]
+    await client.post(base, json={"name": "Pharmacy"}, headers=h)
+    await client.post(f"{base}/{ward['id']}/close", headers=h)
+    closed = (await client.get(f"{base}?status=inactive", headers=h)).json()
+    assert [r["name"] for r in closed["data"]] == ["Ward B"] and closed["meta"]["total"] == 1
+    named = (await client.get(f"{base}?name=pharm", headers=h)).json()
+    assert [r["name"] for r in named["data"]] == ["Pharmacy"]
+    bad = await client.get(f"{base}?status=demolished", headers=h)
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+async def test_lists_and_gets_stay_inside_the_scope_and_the_callers_organizations(kit):
+    app, client = kit
+    kibera = await make_clinic_admin(client)
+    mathare = await make_clinic_admin(client, name="Mathare North Health Centre")
+    room = (await client.post(f"/api/test-orgs/{kibera['org_id']}/rooms",
+                              json={"name": "Theatre 1"}, headers=kibera["headers"])
+            ).json()["data"]
+    # Another organization's administrator: refused at the scope, and cannot reach the
+    # room through their own scope either.
+    other = await client.get(f"/api/test-orgs/{kibera['org_id']}/rooms",
+                             headers=mathare["headers"])
+    assert other.status_code == 403 and other.json()["error"]["code"] == "FORBIDDEN"
+    through_own = await client.get(f"/api/test-orgs/{mathare['org_id']}/rooms/{room['id']}",
+                                   headers=mathare["headers"])
+    assert through_own.status_code == 404
+    mine = (await client.get(f"/api/test-orgs/{mathare['org_id']}/rooms",
+                             headers=mathare["headers"])).json()
+    assert mine["data"] == [] and mine["meta"]["total"] == 0
+    # A member whose role cannot touch the directory: lists nothing, cannot create.
+    clerk = await register_and_login(client, first_name="Baraka", last_name="Mwangi")
+    await add_member(app, kibera["org_id"], clerk, ORG_BILLING)
+    refused = await client.post(f"/api/test-orgs/{kibera['org_id']}/rooms",
+                                json={"name": "Store"}, headers=clerk["headers"])
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
+
+
+def recorded(app: Any, topic: str) -> list[dict[str, Any]]:
+    """The events of ``topic`` the bus delivers from now on."""
+    seen: list[dict[str, Any]] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event)
+    app.state.services.bus.subscribe(topic, handler)
+    return seen
+
+
+async def test_status_actions_follow_the_table_and_emit_their_event(kit):
+    app, client = kit
+    closed_events = recorded(app, "platform.test.room_closed")
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/rooms"
+    room = (await client.post(base, json={"name": "Ward C"}, headers=h)).json()["data"]
+    closed = await client.post(f"{base}/{room['id']}/close", headers=h)
+    assert closed.status_code == 200 and closed.json()["data"]["status"] == "inactive"
+    again = await client.post(f"{base}/{room['id']}/close", headers=h)
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "INVALID_TRANSITION"
+    await app.state.services.bus.drain()
+    assert [e["payload"]["id"] for e in closed_events] == [room["id"]]
+
+
+async def test_custom_item_routes_get_the_loaded_resource_and_save_through_the_policy(kit):
+    app, client = kit
+    admin = await make_clinic_admin(client)
+    base = f"/api/test-orgs/{admin['org_id']}/rooms"
+    room = (await client.post(base, json={"name": "Ward D"}, headers=admin["headers"])
+            ).json()["data"]
+    renamed = await client.post(f"{base}/{room['id']}/rename", json={"name": "Ward Delta"},
+                                headers=admin["headers"])
+    assert renamed.status_code == 200 and renamed.json()["data"]["name"] == "Ward Delta"
     nurse = await register_and_login(client, first_name="Achieng", last_name="Otieno")
-    refused = await client.post("/api/test-rooms", json={"name": "Ward B"},
+    await add_member(app, admin["org_id"], nurse, ORG_NURSE)
+    read = await client.get(f"{base}/{room['id']}", headers=nurse["headers"])
+    assert read.status_code == 200  # the directory is everyone's to read
+    refused = await client.post(f"{base}/{room['id']}/rename", json={"name": "Mine"},
                                 headers=nurse["headers"])
     assert refused.status_code == 403
-    assert (await client.get("/api/test-rooms")).status_code == 401
-    invalid = await client.post("/api/test-rooms", json={"name": ""}, headers=nurse["headers"])
+
+
+async def test_creates_answer_from_the_commit_and_emit_their_event(kit):
+    app, client = kit
+    created_events = recorded(app, "platform.test.room_created")
+    admin = await make_clinic_admin(client)
+    base = f"/api/test-orgs/{admin['org_id']}/rooms"
+    created = (await client.post(base, json={"name": "Ward E"}, headers=admin["headers"])
+               ).json()["data"]
+    await app.state.services.bus.drain()
+    assert [e["payload"] for e in created_events] == [created]
+    history = await app.state.services.store.history("Location", created["id"])
+    assert history.total == 1
+
+
+async def test_generated_routes_validate_and_need_credentials(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    base = f"/api/test-orgs/{admin['org_id']}/rooms"
+    assert (await client.get(base)).status_code == 401
+    invalid = await client.post(base, json={"name": ""}, headers=admin["headers"])
     assert invalid.status_code == 422 and invalid.json()["error"]["field"] == "name"
+    deep = await client.get(f"{base}?page=600&limit=20", headers=admin["headers"])
+    assert deep.status_code == 422 and deep.json()["error"]["field"] == "page"
+
+
+async def test_the_openapi_document_shows_the_models_and_the_scope_parameter(kit):
+    _app, client = kit
+    spec = (await client.get("/openapi.json")).json()
+    listing = spec["paths"]["/api/test-orgs/{org_id}/rooms"]["get"]
+    names = {p["name"] for p in listing["parameters"]}
+    assert {"org_id", "page", "limit", "status", "name"} <= names
+    create = spec["paths"]["/api/test-orgs/{org_id}/rooms"]["post"]
+    assert create["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "RoomCreate")
+    assert "/api/test-orgs/{org_id}/rooms/{resource_id}/close" in spec["paths"]
 
 
 def test_status_table_allows_listed_moves_only():
@@ -99,3 +239,4 @@ def test_status_table_allows_listed_moves_only():
     assert info.value.status == 409 and info.value.code == "INVALID_TRANSITION"
     with pytest.raises(ApiError):
         orders.check("active", "draft")
+    assert orders.move({"status": "draft"}, "active") == {"status": "active"}

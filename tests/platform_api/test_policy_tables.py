@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from fhir_server.access import CREATE, DELETE, READ, UPDATE, Grant, admits, writable_owners
+from fhir_server.access import (
+    CREATE,
+    DELETE,
+    READ,
+    UPDATE,
+    Grant,
+    admits,
+    may_touch_type,
+    writable_owners,
+)
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.search.registry import builtin_registry
 from fhir_server.validation import resource_types
@@ -138,7 +147,14 @@ def test_writable_owners_are_the_organizations_whose_role_allows_the_write():
     access = PolicyAccess(subject)
     assert writable_owners(access, CREATE, "Observation") == {"org-a"}
     assert writable_owners(access, CREATE, "Claim") == {"org-b"}
-    assert writable_owners(access, CREATE, "AuditEvent") == frozenset()
+    assert not may_touch_type(access, CREATE, "AuditEvent")
+
+
+def test_a_patient_writes_for_no_organization():
+    access = PolicyAccess(Subject(Principal("u-amina"), {}, "p1"))
+    assert writable_owners(access, CREATE, "Communication") is None
+    assert may_touch_type(access, CREATE, "Communication")
+    assert not may_touch_type(access, CREATE, "Observation")
 
 
 def test_org_roles_are_all_in_the_table():
