@@ -70,8 +70,8 @@ def _patient_rows(compiler: Compiler, grant: AccessGrant, types: Sequence[str]
     of those Patients."""
     assert grant.patients is not None
     pairs = [(t, p) for t in types for p in grant.members.get(t, ())]
-    if not pairs and "Patient" not in types:
-        return None  # nothing of these types can be in a patient's compartment
+    if not grant.patients or (not pairs and "Patient" not in types):
+        return None  # no patient, or nothing of these types can be in a compartment
     x, r, c = compiler.alias("a"), compiler.alias("p"), compiler.alias("c")
     checks: list[SQL] = []
     selects: list[SQL] = []

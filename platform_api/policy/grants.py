@@ -55,8 +55,10 @@ def _self(subject: Subject, action: str) -> list[Grant]:
     if "Patient" in types or action == CREATE:
         grants.append(Grant(frozenset({"Patient"}), identifiers=frozenset(
             {f"{USER_SYSTEM}|{subject.principal.user_id}"}), relation=SELF))
-    if subject.patient_id is not None:
-        grants.append(Grant(types, patients=frozenset({subject.patient_id}), relation=SELF))
+    # Without a record yet the grant admits nothing, but a search of its types answers
+    # an empty result, not a refusal: the relation exists, the record does not.
+    own = frozenset({subject.patient_id}) if subject.patient_id is not None else frozenset()
+    grants.append(Grant(types, patients=own, relation=SELF))
     return grants
 
 
