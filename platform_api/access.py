@@ -441,7 +441,11 @@ class AccessMiddleware:
             principal: Principal = await auth.authenticate_credentials(
                 credentials.authorization, credentials.api_key, client_info)
         except ApiError as refusal:
-            if refusal.status == 401:
+            # A request without credentials is not a guess (a SMART app's first call, every
+            # client behind a clinic's NAT before it logs in): a plain 401. Only wrong
+            # credentials count towards the address's failure budget.
+            presented = credentials.authorization is not None or credentials.api_key is not None
+            if refusal.status == 401 and presented:
                 await self._failed(auth, refusal, credentials,
                                    ClientInfo(ip, credentials.user_agent))
             raise

@@ -151,6 +151,21 @@ async def test_repeated_bad_credentials_turn_into_429_while_good_ones_pass(
         assert (await client.get("/api/auth/me", headers=amina["headers"])).status_code == 200
 
 
+async def test_requests_without_credentials_are_401_however_many_and_are_not_guesses(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path, rate_limits={"auth_failure": "2/60"}) as (_, client):
+        for _ in range(70):
+            response = await client.get("/fhir/Patient")
+            assert response.status_code == 401, response.text
+        assert (await client.get("/api/patients/me")).status_code == 401
+        # ... and do not use up the budget that wrong credentials are counted against
+        bad = {"Authorization": "Bearer v4.public.not-a-real-token"}
+        assert (await client.get("/api/auth/me", headers=bad)).status_code == 401
+        assert (await client.get("/api/auth/me", headers=bad)).status_code == 401
+        assert_rate_limited(await client.get("/api/auth/me", headers=bad))
+
+
 async def test_route_limits_can_be_switched_off_but_brute_force_limits_stay(
     tmp_path: Path,
 ) -> None:
