@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fhir_server.access import (
     CREATE,
     DELETE,
@@ -18,7 +20,14 @@ from fhir_server.validation import resource_types
 from platform_api.auth.principal import Principal
 from platform_api.policy import _key_scopes
 from platform_api.policy.grants import PolicyAccess, compile_grants
-from platform_api.policy.roles import CATEGORIES, ORG_ROLES, ROLE_PERMISSIONS, types_for
+from platform_api.policy.roles import (
+    CATEGORIES,
+    ORG_ROLES,
+    ROLE_PERMISSIONS,
+    render_categories,
+    render_role_table,
+    types_for,
+)
 from platform_api.policy.subject import Subject
 
 # Patient-compartment types the policy deliberately leaves to platform administrators:
@@ -174,6 +183,12 @@ def test_owner_labels_round_trip_and_keep_other_security_labels():
     assert owner_labels(with_owners(owned, [])) == frozenset()
     assert body["meta"]["security"] == [
         {"system": "http://terminology.hl7.org/CodeSystem/v3-Confidentiality", "code": "R"}]
+
+
+def test_the_readme_shows_the_tables_as_they_are():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert render_role_table() in readme
+    assert render_categories() in readme
 
 
 def test_a_grant_without_conditions_admits_its_types_only():
