@@ -19,8 +19,11 @@ likewise, the HL7v2 gateway and the platform's own bookkeeping with
   caller; then it is staged, with its resource event, and committed all or nothing.
 
 For a restricted caller an update or delete is staged against the version it checked
-(``If-Match`` implied): if another writer changed the resource meanwhile, the write
-fails with 412 instead of overwriting what was never checked.
+(``If-Match`` implied), so a concurrent change can never slip in unchecked; when one
+does happen the unit fails with ``ConditionChanged`` (not the 412 of an ``If-Match`` the
+client never sent), and the one-shot writes here, like transactions, check and write
+again. Within a process, one-shot writes of one resource take turns (a lock per
+resource), so only writers in other processes can make them try again.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from fhir_server.store import (
     ResourceNotFound,
     SearchPage,
     StoredResource,
+    VersionConflict,
 )
 from fhir_server.store.port import StagedWrite, Staging
 from fhir_server.validation import check_id, validate_resource
@@ -224,11 +228,18 @@ class CallerFhir:
             if body_id != resource_id:
                 raise FhirError.of(400, "invalid", f"The body's id {body_id!r} does not "
                                    f"match the URL's id {resource_id!r}", f"{resource_type}.id")
-        async with self.unit() as unit:
-            staged = await unit.update(resource, if_match=if_match, expected_type=resource_type)
-            await unit.commit()
-        assert staged.result is not None
-        return staged.result, staged.created
+        async with self.service.resource_lock(resource_type, resource_id):
+            for _attempt in range(CONDITION_RETRIES):
+                try:
+                    async with self.unit() as unit:
+                        staged = await unit.update(resource, if_match=if_match,
+                                                   expected_type=resource_type)
+                        await unit.commit()
+                except ConditionChanged:
+                    continue
+                assert staged.result is not None
+                return staged.result, staged.created
+        raise _kept_changing()
 
     async def conditional_update(self, resource_type: str, criteria: Params, resource: JSON,
                                  *, if_match: int | None = None
@@ -263,25 +274,39 @@ class CallerFhir:
                 continue
             assert staged.result is not None
             return staged.result, staged.created
-        raise FhirError.of(409, "conflict", "The matching resources kept changing; retry")
+        raise _kept_changing()
 
     async def patch(self, resource_type: str, resource_id: str, operations: Any, *,
                     if_match: int | None = None) -> StoredResource:
         """Apply a JSON Patch (RFC 6902) to the current version and store the result."""
         await self.service.refresh_registry()
-        async with self.unit() as unit:
-            staged = await unit.patch(resource_type, resource_id, operations, if_match=if_match)
-            await unit.commit()
-        assert staged.result is not None
-        return staged.result
+        async with self.service.resource_lock(resource_type, resource_id):
+            for _attempt in range(CONDITION_RETRIES):
+                try:
+                    async with self.unit() as unit:
+                        staged = await unit.patch(resource_type, resource_id, operations,
+                                                  if_match=if_match)
+                        await unit.commit()
+                except ConditionChanged:
+                    continue
+                assert staged.result is not None
+                return staged.result
+        raise _kept_changing()
 
     async def delete(self, resource_type: str, resource_id: str, *,
                      if_match: int | None = None) -> StoredResource:
-        async with self.unit() as unit:
-            staged = await unit.delete(resource_type, resource_id, if_match=if_match)
-            await unit.commit()
-        assert staged.result is not None
-        return staged.result
+        async with self.service.resource_lock(resource_type, resource_id):
+            for _attempt in range(CONDITION_RETRIES):
+                try:
+                    async with self.unit() as unit:
+                        staged = await unit.delete(resource_type, resource_id,
+                                                   if_match=if_match)
+                        await unit.commit()
+                except ConditionChanged:
+                    continue
+                assert staged.result is not None
+                return staged.result
+        raise _kept_changing()
 
     async def conditional_delete(self, resource_type: str, criteria: Params
                                  ) -> list[StoredResource]:
@@ -292,10 +317,20 @@ class CallerFhir:
             raise FhirError.of(412, "too-costly",
                                f"More than {MAX_CONDITIONAL_DELETE} {resource_type} resources "
                                "match; narrow the criteria")
-        async with self.unit() as unit:
-            staged = [await unit.delete(resource_type, i) for i in ids]
-            await unit.commit()
-        return [s.result for s in staged if s.result is not None]
+        for _attempt in range(CONDITION_RETRIES):
+            try:
+                async with self.unit() as unit:
+                    staged = [await unit.delete(resource_type, i) for i in ids]
+                    await unit.commit()
+            except ConditionChanged:
+                continue
+            return [s.result for s in staged if s.result is not None]
+        raise _kept_changing()
+
+
+def _kept_changing() -> FhirError:
+    return FhirError.of(409, "conflict", "The resource kept changing while it was being "
+                        "written; retry")
 
 
 def compile_access(service: FhirService, access: Access, action: str
@@ -340,6 +375,7 @@ class FhirUnit:
         self.access = caller.access
         self.uow = self.service.store.unit_of_work()
         self._resources: dict[tuple[str, str], JSON | None] = {}  # staged or looked up
+        self._implied: list[StagedWrite] = []  # writes pinned to the version checked
 
     async def __aenter__(self) -> FhirUnit:
         await self.uow.__aenter__()
@@ -389,12 +425,13 @@ class FhirUnit:
             self._check(UPDATE, current_json, "change")
         body = await self._authorized(UPDATE if current_json is not None else CREATE,
                                       dict(resource), current_json)
-        if if_match is None and current is not None and current_json is not None \
-                and self.restricted:
-            if_match = current.version  # see the module docstring
-        staged = self.service.stage_update(self.uow, body, if_match=if_match,
-                                           condition=condition, method=method,
-                                           validated=True)
+        implied = if_match is None and current is not None and current_json is not None \
+            and self.restricted
+        staged = self.service.stage_update(
+            self.uow, body, if_match=current.version if implied and current else if_match,
+            condition=condition, method=method, validated=True)
+        if implied:
+            self._implied.append(staged)
         self._resources[(resource_type, resource_id)] = body
         return staged
 
@@ -413,13 +450,17 @@ class FhirUnit:
         current = await self.service.store.read_current(resource_type, resource_id)
         if current is None:
             raise ResourceNotFound(resource_type, resource_id)
+        implied = False
         if not current.deleted:
             self._check(DELETE, orjson.loads(current.body), "delete")
-            if if_match is None and self.restricted:
-                if_match = current.version
+            implied = if_match is None and self.restricted
         self._resources[(resource_type, resource_id)] = None
-        return self.service.stage_delete(self.uow, resource_type, resource_id,
-                                         if_match=if_match)
+        staged = self.service.stage_delete(
+            self.uow, resource_type, resource_id,
+            if_match=current.version if implied else if_match)
+        if implied:
+            self._implied.append(staged)
+        return staged
 
     # -- the checks ----------------------------------------------------------------------
     def _check(self, action: str, resource: JSON, verb: str) -> None:
@@ -486,7 +527,12 @@ class FhirUnit:
         self.uow.after_writes(callback)
 
     async def commit(self) -> None:
-        await self.uow.commit()
+        try:
+            await self.uow.commit()
+        except VersionConflict as exc:
+            if any(exc.staged is s for s in self._implied):
+                raise ConditionChanged(f"{exc}: changed while being written") from None
+            raise
         if self._resources:
             self.service.committed(frozenset(t for t, _id in self._resources))
 

@@ -10,10 +10,12 @@ batch/transaction bundles (:mod:`fhir_server.interactions.transaction`).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +109,16 @@ class FhirService:
         self.compartments = PatientCompartments(self.registry)
         self._registry_checked = 0.0
         self._write_listeners: list[Callable[[frozenset[str]], None]] = []
+        self._resource_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
+            weakref.WeakValueDictionary()
+
+    def resource_lock(self, resource_type: str, resource_id: str) -> asyncio.Lock:
+        """A lock for writes of one resource in this process (see fhir_server.caller)."""
+        key = (resource_type, resource_id)
+        lock = self._resource_locks.get(key)
+        if lock is None:
+            lock = self._resource_locks[key] = asyncio.Lock()
+        return lock
 
     def add_write_listener(self, callback: Callable[[frozenset[str]], None]) -> None:
         """``callback(types)`` after each unit of work that wrote resources of ``types``

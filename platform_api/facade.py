@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.search.plan import MAX_OFFSET
-from fhir_server.store import ResourceGone, ResourceNotFound
+from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
 from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
@@ -417,12 +417,13 @@ class Facade:
         return (self.tags or [self.name.lower()])[0]
 
     async def update_from(self, ctx: ApiContext, resource_id: str, payload: JSON) -> JSON:
-        current = await self.load(ctx, resource_id)
-        changed = self.to_fhir(payload, ctx, current)
-        item = self._item(ctx, current, None)
-        saved = await item.save(changed, event=self.events.updated,
-                                payload=self._event_payload({**changed, "id": resource_id}))
-        return saved
+        async def once() -> JSON:
+            current = await self.load(ctx, resource_id)
+            changed = self.to_fhir(payload, ctx, current)
+            return await self._item(ctx, current, None).save(
+                changed, event=self.events.updated,
+                payload=self._event_payload({**changed, "id": resource_id}))
+        return await _until_stable(once)
 
     async def delete_one(self, ctx: ApiContext, resource_id: str) -> None:
         current = await self.load(ctx, resource_id)
@@ -521,8 +522,11 @@ class Facade:
         def decorate(handler: ItemHandler) -> ItemHandler:
             async def endpoint(resource_id: str, request_body: Any = None,
                                ctx: ApiContext = Depends(api_context), **path: str) -> Any:
-                resource = await facade.load(ctx, resource_id) if load else {"id": resource_id}
-                result = await handler(facade._item(ctx, resource, request_body))
+                async def once() -> JSON:
+                    resource = (await facade.load(ctx, resource_id) if load
+                                else {"id": resource_id})
+                    return await handler(facade._item(ctx, resource, request_body))
+                result = await _until_stable(once)
                 return ok(await facade.render_one(ctx, result), status_code)
             _declare(endpoint, scope, body=body, body_name="request_body")
             endpoint.__name__ = handler.__name__
@@ -555,6 +559,22 @@ class Facade:
         if self._router is None:
             raise RuntimeError(f"mount the {self.name} facade before adding routes to it")
         return self._router
+
+
+SAVE_ATTEMPTS = 3
+
+
+async def _until_stable(once: Callable[[], Awaitable[JSON]]) -> JSON:
+    """Run a load-change-save again when another writer changed the resource between the
+    load and the save: an /api client sends no version, so what it asked is applied to
+    the latest one (and checked again) rather than refused."""
+    for attempt in range(SAVE_ATTEMPTS):
+        try:
+            return await once()
+        except (VersionConflict, ConditionChanged):
+            if attempt == SAVE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def staged_body(staged: Any) -> JSON:

@@ -33,6 +33,7 @@ from platform_api.policy.subject import USER_SYSTEM, Subject
 # (resource type, action) → allowed.
 TypeFilter = Callable[[str, str], bool]
 
+_UNSET = object()
 PLATFORM_ADMIN, MEMBER, SELF, CONSENT, EVERYONE_RELATION = (
     "platform-admin", "member", "self", "consent", "everyone")
 # A practitioner consented to directly, with no organization role to go by, may read.
@@ -145,11 +146,18 @@ class PolicyAccess:
     _grants: dict[str, tuple[Grant, ...] | None] = field(default_factory=dict)
 
     def grants(self, action: str) -> tuple[Grant, ...] | None:
-        if action not in self._grants:
+        found = self._grants.get(action, _UNSET)
+        if found is _UNSET:
             if action not in ACTIONS:
                 raise ValueError(f"unknown action {action!r}")
-            self._grants[action] = compile_grants(self.subject, action, self.type_filter)
-        return self._grants[action]
+            # Compiled once per subject (cached per user) and scopes, not per request.
+            key = (action, self.subject.principal.scopes if self.type_filter else None)
+            found = self.subject.compiled.get(key, _UNSET)
+            if found is _UNSET:
+                found = self.subject.compiled[key] = compile_grants(
+                    self.subject, action, self.type_filter)
+            self._grants[action] = found
+        return found  # type: ignore[return-value]
 
     def describe(self) -> str:
         principal = self.subject.principal
@@ -163,4 +171,4 @@ class PolicyAccess:
         memberships = {**self.subject.memberships, organization_id: role}
         subject = Subject(self.subject.principal, memberships, self.subject.patient_id,
                           self.subject.practitioner_ids, self.subject.consents)
-        return PolicyAccess(subject, self.type_filter)
+        return PolicyAccess(subject, self.type_filter)  # compiled afresh: a new subject

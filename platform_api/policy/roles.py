@@ -23,6 +23,7 @@ A resource type in no category can be reached by platform administrators only.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 
 # -- categories of resource types ---------------------------------------------------------
 CATEGORIES: Mapping[str, frozenset[str]] = {
@@ -125,6 +126,7 @@ ROLE_PERMISSIONS: Mapping[str, Mapping[str, str]] = {
 LETTERS = {"create": "c", "read": "r", "update": "u", "delete": "d"}  # in table order
 
 
+@cache
 def types_for(role: str, action: str) -> frozenset[str]:
     """The resource types ``role`` may ``action``."""
     letter = LETTERS[action]

@@ -42,6 +42,9 @@ class Subject:
     # patient id → organization ids the consent names ("" where it names the user's
     # Practitioner record rather than one of its organizations)
     consents: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Grants compiled from these relations, by (action, scopes) (see policy.grants): a
+    # subject lives as long as its cache entry, so each request reuses them.
+    compiled: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def unrestricted(self) -> bool:
@@ -109,9 +112,13 @@ class SubjectLoader:
                 self._cache[key] = (now, generation, base)
         # The relations are the user's; the principal (token or key, its scopes) is this
         # request's.
-        return base if base.principal == principal else Subject(
-            principal, base.memberships, base.patient_id, base.practitioner_ids,
-            base.consents)
+        if base.principal != principal:  # another token of the user, or one of their keys
+            base = Subject(principal, base.memberships, base.patient_id,
+                           base.practitioner_ids, base.consents)
+            if len(self._cache) <= 10_000:
+                self._cache[key] = (now if cached is None else cached[0], self._generation,
+                                    base)
+        return base
 
     async def _load(self, principal: Principal) -> Subject:
         user_id = principal.user_id

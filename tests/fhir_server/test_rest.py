@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
@@ -115,6 +116,20 @@ async def test_update_with_stale_if_match_returns_412(client, h):
     stale = await client.put(url, json=created, headers={**h, "If-Match": 'W/"1"'})
     assert stale.status_code == 412
     assert stale.json()["resourceType"] == "OperationOutcome"
+
+
+async def test_concurrent_updates_without_if_match_all_succeed(client, h):
+    """An organization member's update is checked against the version it read and pinned
+    to it; a concurrent change makes it check and write again, never a 412 the client did
+    not ask for (last write wins, as without access checks)."""
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    genders = ["male", "female", "other", "unknown"] * 4
+    answers = await asyncio.gather(*[client.put(url, json={**created, "gender": g}, headers=h)
+                                     for g in genders])
+    assert [a.status_code for a in answers] == [200] * len(genders)
+    final = (await client.get(url, headers=h)).json()
+    assert int(final["meta"]["versionId"]) > 1
 
 
 async def test_an_update_that_changes_nothing_writes_no_version(client, h):
