@@ -2,7 +2,7 @@
 
 Counts the code lines (no blank lines, comments or docstrings) of each area module and
 the operations it mounts (``@router.<method>`` routes and the kit's generated ones, read
-from the app's routes), and prints one JSON line. ``--rev <git revision>`` measures the
+from each module's router), and prints one JSON line. ``--rev <git revision>`` measures the
 modules as they were at that revision (the operation count is taken from the same
 revision's decorators), so a before/after comparison is one command each.
 """
@@ -40,6 +40,37 @@ def code_lines(source: str) -> int:
     return len(lines - doc_lines)
 
 
+def route_lines(source: str) -> int:
+    """Code lines of the route handlers themselves: functions decorated as routes
+    (``@router.get``, ``@facade.route``) and the statements mounting the kit's routes
+    (``facade.mount(...)``, ``facade.action(...)``)."""
+    tree = ast.parse(source)
+    spans: list[tuple[int, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and any(
+                _is_route(d) for d in node.decorator_list):
+            first = min(d.lineno for d in node.decorator_list)
+            spans.append((first, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) \
+                and node.value.func.attr in ("mount", "action"):
+            spans.append((node.lineno, node.end_lineno or node.lineno))
+    lines = source.splitlines()
+    code = set()
+    for start, end in spans:
+        for number in range(start, end + 1):
+            text = lines[number - 1].strip()
+            if text and not text.startswith("#"):
+                code.add(number)
+    return len(code)
+
+
+def _is_route(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(target, ast.Attribute) and target.attr in (
+        "get", "post", "put", "patch", "delete", "api_route", "route")
+
+
 def decorated_routes(source: str) -> int:
     count = 0
     for node in ast.walk(ast.parse(source)):
@@ -53,21 +84,15 @@ def decorated_routes(source: str) -> int:
 
 
 def kit_operations() -> int:
-    """Operations the current code mounts for these areas (the app's /api routes whose
-    endpoint lives in one of the area modules or in the facade kit on their behalf)."""
-    from fastapi.routing import iter_route_contexts
+    """Operations the areas mount now: the routes of each area module's ``router``, the
+    kit's generated ones included."""
+    import importlib
 
-    from platform_api.app import create_app
-    from platform_api.settings import Settings
-
-    app = create_app(Settings(data_dir="/tmp/route-code-probe"))
-    modules = {Path(a).stem for a in AREAS}
     count = 0
-    for context in iter_route_contexts(list(app.routes)):
-        endpoint = getattr(context.original_route, "endpoint", None)
-        owner = getattr(endpoint, "__area__", None) or getattr(endpoint, "__module__", "")
-        if owner.rsplit(".", 1)[-1] in modules:
-            count += len([m for m in context.methods or () if m != "HEAD"])
+    for area in AREAS:
+        module = importlib.import_module(area.removesuffix(".py").replace("/", "."))
+        for route in module.router.routes:
+            count += len([m for m in getattr(route, "methods", ()) if m != "HEAD"])
     return count
 
 
@@ -75,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rev", help="git revision to measure instead of the working tree")
     args = parser.parse_args()
-    total_lines = 0
+    total_lines = handlers = 0
     sources = {}
     for area in AREAS:
         if args.rev:
@@ -85,11 +110,14 @@ def main() -> None:
             source = (ROOT / area).read_text()
         sources[area] = source
         total_lines += code_lines(source)
+        handlers += route_lines(source)
     operations = (sum(decorated_routes(s) for s in sources.values()) if args.rev
                   else kit_operations())
     print(json.dumps({"revision": args.rev or "working tree", "areas": len(AREAS),
                       "code_lines": total_lines, "operations": operations,
-                      "lines_per_operation": round(total_lines / max(operations, 1), 1)}))
+                      "lines_per_operation": round(total_lines / max(operations, 1), 1),
+                      "route_handler_lines": handlers,
+                      "route_lines_per_operation": round(handlers / max(operations, 1), 1)}))
 
 
 if __name__ == "__main__":
