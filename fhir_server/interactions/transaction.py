@@ -288,6 +288,7 @@ class Transaction:
         for entry in writes:
             await self._resolve(entry, ids)
         _check_overlaps(writes)
+        await self._check_reads(ordered, writes)
         rewriter = ReferenceRewriter(self.fhir, ids)
         for entry in writes:
             if entry.method in ("POST", "PUT") and entry.existing is None:
@@ -310,6 +311,27 @@ class Transaction:
         for entry in ordered:
             if entry.method in ("GET", "HEAD"):
                 entry.response = await read_entry(self.fhir, entry, self.base_url)
+
+    async def _check_reads(self, ordered: Sequence[Entry], writes: Sequence[Entry]) -> None:
+        """GET entries run after the commit (they see its result), so whatever would make
+        one fail must fail the transaction before it commits: a read of a resource the
+        transaction does not write is read now (404, 410, or 403 when the caller may not
+        see it), a search is parsed now (400 for a bad one)."""
+        written = {(e.resource_type, e.target_id) for e in writes}
+        for entry in ordered:
+            if entry.method not in ("GET", "HEAD"):
+                continue
+            assert entry.resource_type is not None
+            try:
+                if entry.resource_id is None:
+                    await self.fhir.parse([entry.resource_type], entry.criteria or [],
+                                          base_url=self.base_url)
+                elif (entry.resource_type, entry.resource_id) not in written:
+                    version = int(entry.version) if entry.version and \
+                        entry.version.isdigit() else None
+                    await self.fhir.read(entry.resource_type, entry.resource_id, version)
+            except (FhirError, StoreError) as exc:
+                raise entry.fail(exc) from None
 
     def _failed_entry(self, exc: StoreError) -> Entry:
         for entry in self.entries:

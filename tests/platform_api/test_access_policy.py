@@ -309,6 +309,17 @@ async def test_every_transaction_entry_goes_through_the_policy(world):
     assert issue["expression"][0] == "Bundle.entry[1]" and issue["code"] == "forbidden"
     assert await world.found("doctor", "/fhir/Observation", _total="accurate") == {
         "kibera_obs", "baraka_obs"}  # nothing of the transaction was stored
+    # a read the caller may not make fails the transaction before anything is stored
+    reading = {"resourceType": "Bundle", "type": "transaction", "entry": [
+        {"request": {"method": "POST", "url": "Observation"},
+         "resource": heart_rate(world.ids["kibera_patient"], 76)},
+        {"request": {"method": "GET", "url": f"Patient/{world.ids['mathare_patient']}"}},
+    ]}
+    refused = await world.client.post("/fhir", json=reading, headers=world.h("doctor"))
+    assert refused.status_code == 403
+    assert refused.json()["issue"][0]["expression"][0] == "Bundle.entry[1]"
+    assert await world.found("doctor", "/fhir/Observation", _total="accurate") == {
+        "kibera_obs", "baraka_obs"}
     searching = {"resourceType": "Bundle", "type": "batch", "entry": [
         {"request": {"method": "GET", "url": "Patient"}},
         {"request": {"method": "GET", "url": f"Patient/{world.ids['mathare_patient']}"}},
