@@ -4,8 +4,9 @@ It validates, assigns ids, extracts search-index values, and stages the write in
 work, so versioning, indexing and events happen once, in one place, whether the caller is
 the FHIR REST API, an /api facade or the HL7v2 gateway. It also owns the search-parameter
 registry in use (built-ins plus the custom SearchParameters activated by the last
-reindex), parses searches into plans, and runs the conditional interactions and
-batch/transaction bundles (:mod:`fhir_server.interactions.transaction`).
+reindex) and parses searches into plans. Callers reach it through
+:class:`fhir_server.caller.CallerFhir` (reads, searches and writes as one caller may make
+them); batch and transaction bundles are :mod:`fhir_server.transactions`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from fhir_server.access import SYSTEM, Access
 from fhir_server.compartments import PatientCompartments
 from fhir_server.outcome import FhirError
 from fhir_server.search.custom import REFRESH_SECONDS, active_registry, active_version
@@ -40,7 +40,7 @@ from fhir_server.store import (
     UnitOfWork,
     VersionConflict,
 )
-from fhir_server.store.port import StagedWrite, Staging
+from fhir_server.store.port import StagedWrite
 from fhir_server.validation import is_resource_type, validate_resource
 
 Indexer = Callable[[dict[str, Any]], IndexRows]
@@ -269,19 +269,3 @@ class FhirService:
                 or patched.get("id") != current.id:
             raise FhirError.of(422, "processing", "A patch may not change resourceType or id")
         return patched  # type: ignore[no-any-return]
-
-    # -- bundles -----------------------------------------------------------------------
-    async def transaction(self, bundle: dict[str, Any], *, base_url: str = "",
-                          prefer: str | None = None,
-                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None,
-                          access: Access = SYSTEM) -> dict[str, Any]:
-        """Process a ``transaction`` (all or nothing) or ``batch`` Bundle; returns the
-        ``transaction-response`` / ``batch-response`` Bundle. Usable from Python (the
-        HL7v2 gateway submits each message this way) as well as from ``POST /fhir``.
-
-        ``on_commit(staging, written)``: documents and events to commit atomically with a
-        transaction's resources, given the "Type/id" each entry wrote or matched."""
-        from fhir_server.interactions.transaction import process_bundle
-
-        return await process_bundle(self, bundle, access=access, base_url=base_url,
-                                    prefer=prefer, on_commit=on_commit)

@@ -43,8 +43,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from fhir_server.access import SYSTEM
 from fhir_server.outcome import FhirError
+from fhir_server.service import FhirService
 from fhir_server.store import ConditionChanged, ResourceStore, Staging, VersionConflict
+from fhir_server.transactions import process_bundle
 from hl7_gateway.ack import (
     AckCode,
     AckMode,
@@ -101,7 +104,7 @@ _CRITICAL = frozenset({"AA", "HH", "LL", "HU", "LU"})
 
 
 class FhirTransactions(Protocol):
-    """What the gateway needs of ``fhir_server.service.FhirService``."""
+    """What the gateway needs of the FHIR side: one transaction per message, a search."""
 
     store: ResourceStore
 
@@ -110,6 +113,26 @@ class FhirTransactions(Protocol):
                           on_commit: Callable[[Staging, Sequence[str]], None] | None = None
                           ) -> JSON: ...
     async def search(self, resource_type: str, params: list[tuple[str, str]]) -> list[JSON]: ...
+
+
+class SystemTransactions:
+    """The FHIR service as the gateway writes through it: as the system itself. A lab
+    interface is a trusted door (MLLP from the network it is configured on, HTTP ingest
+    by an authorized caller); what a message stores belongs to the organizations that own
+    the patient it is about (``fhir_server.ownership``)."""
+
+    def __init__(self, service: FhirService):
+        self.service, self.store = service, service.store
+
+    async def transaction(self, bundle: JSON, *, base_url: str = "",
+                          prefer: str | None = None,
+                          on_commit: Callable[[Staging, Sequence[str]], None] | None = None
+                          ) -> JSON:
+        return await process_bundle(self.service, bundle, access=SYSTEM, base_url=base_url,
+                                    prefer=prefer, on_commit=on_commit)
+
+    async def search(self, resource_type: str, params: list[tuple[str, str]]) -> list[JSON]:
+        return await self.service.search(resource_type, params)
 
 
 def idempotency_key(message: Message) -> str:
@@ -205,9 +228,10 @@ def build_acks(message: Message, outcome: Outcome, errors: Sequence[ErrorDetail]
 class HL7Gateway:
     """Turns v2 messages into committed FHIR transactions and answers with ACKs."""
 
-    def __init__(self, fhir: FhirTransactions, *, default_tz: tzinfo = UTC,
+    def __init__(self, fhir: FhirService | FhirTransactions, *, default_tz: tzinfo = UTC,
                  policy: HeaderPolicy | None = None) -> None:
-        self.fhir = fhir
+        self.fhir: FhirTransactions = SystemTransactions(fhir) if isinstance(
+            fhir, FhirService) else fhir
         self.store: ResourceStore = fhir.store
         self.default_tz = default_tz
         self.policy = policy or HeaderPolicy(message_types=SUPPORTED_MESSAGES)

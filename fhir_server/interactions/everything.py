@@ -15,9 +15,9 @@ from starlette.responses import Response
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
 from fhir_server.interactions.search_system import requested_types
-from fhir_server.interactions.search_type import run_search
 from fhir_server.outcome import FhirError
 from fhir_server.search.plan import Include, compartment
+from fhir_server.searchset import run_search
 
 _PASSED = ("_count", "_cursor", "_format")
 

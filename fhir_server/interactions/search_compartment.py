@@ -15,9 +15,10 @@ from starlette.responses import Response
 
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
-from fhir_server.interactions.search_type import run_search, search_params, strict_handling
+from fhir_server.interactions.search_type import search_params, strict_handling
 from fhir_server.outcome import FhirError
 from fhir_server.search.plan import compartment
+from fhir_server.searchset import run_search
 
 
 async def search_compartment(ctx: FhirContext, request: Request, compartment_type: str,

@@ -13,8 +13,9 @@ from starlette.responses import Response
 
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
-from fhir_server.interactions.search_type import run_search, search_params, strict_handling
+from fhir_server.interactions.search_type import search_params, strict_handling
 from fhir_server.outcome import FhirError
+from fhir_server.searchset import run_search
 from fhir_server.validation import is_resource_type, resource_types
 
 

@@ -5,8 +5,8 @@ or a conditional interaction) against the registry and produces a :class:`Search
 AND-ed :class:`Clause` objects, each a set of OR-ed criteria typed by the parameter type
 (R4 3.1.1.4: string, token, reference with chains and ``_has``, date, number, quantity,
 uri, composite, ``:missing``, ``_id``, ``_lastUpdated``, ``_text``/``_content``), plus
-the result parameters (``_sort``, ``_count``, ``_total``, ``_summary``, ``_elements``,
-``_include``/``_revinclude``) and the paging cursor.
+the result parameters (``_sort``, ``_count``, ``_offset``, ``_total``, ``_summary``,
+``_elements``, ``_include``/``_revinclude``) and the paging cursor.
 
 Unknown or unsupported parameters are collected in ``plan.ignored`` (the interaction
 reports them in an OperationOutcome entry) unless ``strict`` (``Prefer:
@@ -39,8 +39,8 @@ PREFIXES = ("eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap")
 SUMMARY_MODES = ("true", "false", "text", "data", "count")
 TOTAL_MODES = ("none", "estimate", "accurate")
 RESULT_PARAMETERS = frozenset({
-    "_sort", "_count", "_total", "_summary", "_elements", "_include", "_revinclude",
-    "_cursor", "_format", "_pretty", "_type",
+    "_sort", "_count", "_offset", "_total", "_summary", "_elements", "_include",
+    "_revinclude", "_cursor", "_format", "_pretty", "_type",
 })
 # Declared unsupported: reported like an unknown parameter (R4 allows not supporting them).
 UNSUPPORTED_RESULT_PARAMETERS = frozenset({"_contained", "_containedType", "_query", "_filter",
@@ -339,6 +339,13 @@ def _result_parameter(ctx: _Context, plan: SearchPlan, name: str, value: str) ->
         if not value.isdigit():
             raise SearchError("_count must be a non-negative integer", name)
         plan.count = min(int(value), MAX_COUNT)
+    elif name == "_offset":
+        # As HAPI FHIR and Blaze read it: skip this many matches. Bounded, because each
+        # page walks every skipped match again; deeper pages follow the next links.
+        if not value.isdigit() or int(value) > MAX_OFFSET:
+            raise SearchError(f"_offset must be an integer from 0 to {MAX_OFFSET}; page "
+                              "further by following the next links", name)
+        plan.offset = int(value)
     elif name == "_total":
         if value not in TOTAL_MODES:
             raise SearchError(f"_total must be one of {', '.join(TOTAL_MODES)}", name)

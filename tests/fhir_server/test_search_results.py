@@ -293,3 +293,24 @@ async def test_streamed_sort_matches_the_materialized_one(clinical, monkeypatch,
     monkeypatch.setattr(sqlite_search, "ESTIMATE_CAP", 0)
     pages = await walk(clinical, "Patient", {"_sort": sort, "_count": "2"})
     assert [n for page in pages for n in page][:5] == expected
+
+
+async def test_offset_pages_by_position_with_offset_links(clinical):
+    everyone = names(clinical, await clinical.search("Patient", {"_sort": "birthdate",
+                                                                 "_count": "100"}))
+    page = await clinical.search("Patient", {"_sort": "birthdate", "_count": "2",
+                                             "_offset": "2"})
+    assert names(clinical, page) == everyone[2:4]
+    assert "_offset=4" in link(page, "next") and "_cursor" not in link(page, "next")
+    assert "_offset=0" in link(page, "previous")
+    following = await follow(clinical, link(page, "next"))
+    assert names(clinical, following) == everyone[4:6]
+    unsorted = await clinical.search("Patient", {"_count": "1", "_offset": "1"})
+    assert names(clinical, unsorted) == names(clinical, await clinical.search(
+        "Patient", {"_count": "2"}))[1:]
+
+
+async def test_offset_beyond_the_bound_is_refused(clinical):
+    response = await clinical.client.get("/fhir/Patient?_offset=10001", headers=clinical.headers)
+    assert response.status_code == 400
+    assert response.json()["issue"][0]["expression"] == ["_offset"]

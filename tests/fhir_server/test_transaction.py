@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from fhir_server.access import SYSTEM
+from fhir_server.transactions import process_bundle
 from tests.fhir_server.clinical_data import LOINC, MRN, UCUM
 
 FHIR = {"Content-Type": "application/fhir+json"}
@@ -200,6 +202,42 @@ async def test_batch_entries_succeed_or_fail_on_their_own(client, h):
     assert await total(client, h, "Patient?identifier=KE-B2") == 1
 
 
+SEARCH_URLS = [
+    "Patient?identifier={mrn}|KE-NEW",
+    "Patient?identifier={mrn}%7CKE-NEW",  # the bar encoded
+    "/Patient?identifier={mrn}|KE-NEW",
+    "Patient/?identifier={mrn}|KE-NEW",  # a trailing slash
+    "Patient/_search?identifier={mrn}|KE-NEW",
+    "http://example.org/fhir/Patient?identifier={mrn}|KE-NEW",  # another server's base
+    "https://hie.example.org/base/R4/Patient?identifier={mrn}%7CKE-NEW",
+]
+
+
+@pytest.mark.parametrize("url", SEARCH_URLS)
+async def test_a_get_entry_before_the_post_finds_exactly_what_the_transaction_created(
+        client, h, url):
+    """http.html#trules: GET entries run after the writes, whatever their place, and
+    keep their criteria whatever form their URL takes."""
+    for mrn in ("KE-OLD-1", "KE-OLD-2"):
+        await client.post("/fhir/Patient", json=patient(mrn), headers=h)
+    response = await client.post("/fhir", headers=h, json=bundle(
+        "transaction", entry("GET", url.format(mrn=MRN)),
+        entry("POST", "Patient", patient("KE-NEW"), "urn:uuid:new")))
+    assert response.status_code == 200, response.text
+    searchset = response.json()["entry"][0]["resource"]
+    assert searchset["total"] == 1
+    assert searchset["entry"][0]["resource"]["identifier"][0]["value"] == "KE-NEW"
+
+
+@pytest.mark.parametrize("url", SEARCH_URLS)
+async def test_a_get_entry_of_a_batch_keeps_its_criteria(client, h, url):
+    for mrn in ("KE-OLD-1", "KE-NEW"):
+        await client.post("/fhir/Patient", json=patient(mrn), headers=h)
+    response = await client.post("/fhir", headers=h, json=bundle(
+        "batch", entry("GET", url.format(mrn=MRN))))
+    assert response.json()["entry"][0]["resource"]["total"] == 1
+
+
 async def test_bundle_shape_errors(client, h):
     assert (await client.post("/fhir", json=patient("x"), headers=h)).status_code == 400
     unknown = bundle("transaction", entry("POST", "Spaceship", {"resourceType": "Spaceship"}))
@@ -215,7 +253,7 @@ async def test_prefer_minimal_leaves_out_the_resources(client, h):
     assert "resource" not in response.json()["entry"][0]
 
 
-async def test_service_transaction_from_python_and_concurrently(app):
+async def test_the_engine_runs_from_python_without_http_and_concurrently(app):
     fhir = app.state.services.fhir
     message = bundle(
         "transaction",
@@ -223,8 +261,8 @@ async def test_service_transaction_from_python_and_concurrently(app):
               ifNoneExist=f"identifier={MRN}|KE-HL7"),
         entry("POST", "Observation", heart_rate("urn:uuid:pat")),
     )
-    results = await asyncio.gather(*[fhir.transaction(json.loads(json.dumps(message)))
-                                     for _ in range(5)])
+    results = await asyncio.gather(*[process_bundle(fhir, json.loads(json.dumps(message)),
+                                                    access=SYSTEM) for _ in range(5)])
     patient_ids = {r["entry"][0]["response"]["location"].split("/")[1] for r in results}
     assert len(patient_ids) == 1
     found = await fhir.search("Observation", [("subject:Patient.identifier", "KE-HL7")])

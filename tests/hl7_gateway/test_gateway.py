@@ -15,7 +15,13 @@ from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
 from fhir_server.store import store_from_url
-from hl7_gateway.gateway import DEAD_LETTERS, MESSAGES, RESULT_TOPIC, HL7Gateway
+from hl7_gateway.gateway import (
+    DEAD_LETTERS,
+    MESSAGES,
+    RESULT_TOPIC,
+    HL7Gateway,
+    SystemTransactions,
+)
 from hl7_gateway.listener import start_listener
 from hl7_gateway.merge import overlay
 from hl7_gateway.mllp import MLLPClient, MLLPServer
@@ -314,7 +320,7 @@ class FailingOnce:
         if self.failures:
             self.failures -= 1
             raise OSError("disk I/O error")
-        return await self._fhir.transaction(bundle, **options)
+        return await SystemTransactions(self._fhir).transaction(bundle, **options)
 
     async def search(self, kind: str, params: list[tuple[str, str]]) -> list[JSON]:
         return await self._fhir.search(kind, params)

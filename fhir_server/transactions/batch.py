@@ -1,4 +1,4 @@
-"""batch: ``POST [base]`` with a ``batch`` Bundle (R4 3.1.0.11): every entry on its own.
+"""batch: a ``batch`` Bundle (R4 3.1.0.11): every entry on its own.
 
 Each entry is processed independently, in the Bundle's order, in its own unit of work
 (the same resolution, conditional-reference and write rules as a transaction entry); a
@@ -14,15 +14,10 @@ from typing import Any
 
 from fhir_server.caller import CallerFhir
 from fhir_server.http import store_error_to_fhir
-from fhir_server.interactions.transaction import (
-    Entry,
-    Transaction,
-    bundle_entries,
-    parse_entry,
-    read_entry,
-)
 from fhir_server.outcome import FhirError
 from fhir_server.store import StoreError
+from fhir_server.transactions.entries import Entry, bundle_entries, parse_entry, read_entry
+from fhir_server.transactions.transaction import Transaction
 
 
 def _error_entry(error: FhirError) -> dict[str, Any]:
