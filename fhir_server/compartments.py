@@ -5,13 +5,19 @@ type, the reference parameters that put a resource in a patient's compartment
 (Observation: ``subject``, ``performer``; Encounter: ``patient``; ...). A search compiles
 the same definition to index lookups; this module evaluates it on one resource in memory,
 for the access policy's check of one resource and for settling its owners
-(:mod:`fhir_server.ownership`). The parameters' FHIRPath expressions are compiled once
-per resource type.
+(:mod:`fhir_server.ownership`), on every write.
+
+Every R4 compartment parameter's expression is a union of plain element paths, some
+ending in ``.where(resolve() is Patient)`` (a test keeps it so): they are walked directly
+over the JSON, a few dict lookups, instead of through the FHIRPath engine (which
+``resolve()`` made the largest cost of settling a Provenance that targets a whole HL7
+message). An expression of any other shape falls back to the compiled evaluator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fhir_server.search.registry import SearchRegistry
@@ -19,6 +25,39 @@ from fhir_server.search.values import parse_reference
 
 JSON = dict[str, Any]
 Evaluate = Callable[[JSON], list[Any]]
+_PLAIN_PATH = re.compile(r"([A-Z][A-Za-z]+)((?:\.[a-z][A-Za-z]*)+)"
+                         r"(?:\.where\(resolve\(\) is ([A-Z][A-Za-z]+)\))?")
+
+
+def plain_paths(expression: str, resource_type: str) -> list[tuple[str, ...]] | None:
+    """The element paths of ``expression`` that apply to ``resource_type`` (a part
+    restricted by ``resolve() is X`` to another type than Patient can name no patient
+    and is left out); ``None`` when a part is not a plain path."""
+    paths = []
+    for part in (p.strip() for p in expression.split("|")):
+        match = _PLAIN_PATH.fullmatch(part)
+        if match is None:
+            return None
+        owner, path, resolved = match.groups()
+        if owner == resource_type and resolved in (None, "Patient"):
+            paths.append(tuple(path.strip(".").split(".")))
+    return paths
+
+
+def _walk(value: Any, path: tuple[str, ...]) -> Iterator[Any]:
+    if not path:
+        if isinstance(value, list):
+            yield from value
+        else:
+            yield value
+        return
+    if isinstance(value, list):
+        for item in value:
+            yield from _walk(item, path)
+    elif isinstance(value, dict):
+        found = value.get(path[0])
+        if found is not None:
+            yield from _walk(found, path[1:])
 
 
 class PatientCompartments:
@@ -26,26 +65,29 @@ class PatientCompartments:
 
     def __init__(self, registry: SearchRegistry):
         self.registry = registry
-        self._evaluators: dict[str, list[Evaluate]] = {}
+        self._readers: dict[str, list[Callable[[JSON], Iterator[Any]]]] = {}
 
-    def _for(self, resource_type: str) -> list[Evaluate]:
-        found = self._evaluators.get(resource_type)
+    def _for(self, resource_type: str) -> list[Callable[[JSON], Iterator[Any]]]:
+        found = self._readers.get(resource_type)
         if found is None:
             found = []
             for code in self.registry.compartment_params("Patient", resource_type):
                 param = self.registry.param(resource_type, code)
                 if param is None or param.expression is None:
                     continue
-                evaluate = self.registry.evaluator(resource_type, param.expression)
-                if evaluate is not None:
-                    found.append(evaluate)
-            self._evaluators[resource_type] = found
+                paths = plain_paths(param.expression, resource_type)
+                if paths is not None:
+                    found += [lambda r, p=path: _walk(r, p) for path in paths]
+                elif (evaluate := self.registry.evaluator(resource_type,
+                                                          param.expression)) is not None:
+                    found.append(lambda r, e=evaluate: iter(e(r)))
+            self._readers[resource_type] = found
         return found
 
     def patients_of(self, resource: JSON) -> frozenset[str]:
         ids: set[str] = set()
-        for evaluate in self._for(str(resource.get("resourceType", ""))):
-            for value in evaluate(resource):
+        for read in self._for(str(resource.get("resourceType", ""))):
+            for value in read(resource):
                 reference = value.get("reference") if isinstance(value, dict) else None
                 if not isinstance(reference, str):
                     continue

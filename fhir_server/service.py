@@ -12,6 +12,7 @@ them); batch and transaction bundles are :mod:`fhir_server.transactions`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -40,7 +41,7 @@ from fhir_server.store import (
     UnitOfWork,
     VersionConflict,
 )
-from fhir_server.store.port import StagedWrite
+from fhir_server.store.port import StagedWrite, Staging
 from fhir_server.validation import is_resource_type, validate_resource
 
 Indexer = Callable[[dict[str, Any]], IndexRows]
@@ -95,10 +96,25 @@ def new_id() -> str:
     return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand))
 
 
+RESOURCE_EVENTS = ("resource_created", "resource_updated", "resource_deleted")
+
+
 class FhirService:
+    """Validation, ids, index extraction, staging, the registry (module docstring).
+
+    Every resource it stages emits a domain event in the same unit of work:
+    ``<event_prefix>.resource_created`` / ``_updated`` / ``_deleted`` with
+    ``resourceType``, ``id``, ``versionId`` and ``lastUpdated``; only writes that made a
+    version do (not a conditional create that found its match, an update that changed
+    nothing, a delete of what was already deleted)."""
+
     def __init__(self, store: ResourceStore, *, indexer: Indexer | None = None,
-                 registry: SearchRegistry | None = None, strict_validation: bool = False):
+                 registry: SearchRegistry | None = None, strict_validation: bool = False,
+                 event_prefix: str = "platform.fhir"):
         self.store = store
+        self.event_prefix = event_prefix
+        self._staged_events: weakref.WeakKeyDictionary[UnitOfWork, list[StagedWrite]] = \
+            weakref.WeakKeyDictionary()
         # Adds the fhir.resources model checks to the JSON Schema's (see validation.py).
         self.strict_validation = strict_validation
         self.registry = registry or builtin_registry()
@@ -229,8 +245,9 @@ class FhirService:
             validate_resource(resource, expected_type, strict=self.strict_validation)
         resource = dict(resource)
         resource["id"] = resource_id or new_id()
-        return uow.create(resource["resourceType"], resource["id"], resource,
-                          index=self._index(resource), method="POST", condition=condition)
+        return self._with_event(uow, uow.create(
+            resource["resourceType"], resource["id"], resource, index=self._index(resource),
+            method="POST", condition=condition))
 
     def stage_update(self, uow: UnitOfWork, resource: dict[str, Any], *,
                      if_match: int | None = None, method: str = "PUT",
@@ -242,12 +259,34 @@ class FhirService:
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
                                f"{resource['resourceType']}.id")
-        return uow.update(resource["resourceType"], resource_id, resource, if_match=if_match,
-                          index=self._index(resource), method=method, condition=condition)
+        return self._with_event(uow, uow.update(
+            resource["resourceType"], resource_id, resource, if_match=if_match,
+            index=self._index(resource), method=method, condition=condition))
 
     def stage_delete(self, uow: UnitOfWork, resource_type: str, resource_id: str, *,
                      if_match: int | None = None) -> StagedWrite:
-        return uow.delete(resource_type, resource_id, if_match=if_match)
+        return self._with_event(uow, uow.delete(resource_type, resource_id, if_match=if_match))
+
+    def _with_event(self, uow: UnitOfWork, staged: StagedWrite) -> StagedWrite:
+        """Note ``staged`` for its resource event, emitted inside the commit once the write
+        is applied (only then is it known whether it made a version)."""
+        pending = self._staged_events.get(uow)
+        if pending is None:
+            pending = self._staged_events[uow] = []
+            uow.after_writes(functools.partial(self._emit_resource_events, pending))
+        pending.append(staged)
+        return staged
+
+    def _emit_resource_events(self, writes: list[StagedWrite], staging: Staging) -> None:
+        for write in writes:
+            result = write.result
+            if result is None or write.existing or write.unchanged:
+                continue
+            kind = 2 if result.deleted else (0 if result.version == 1 else 1)
+            staging.emit(f"{self.event_prefix}.{RESOURCE_EVENTS[kind]}", {
+                "resourceType": result.resource_type, "id": result.id,
+                "versionId": str(result.version), "lastUpdated": result.last_updated,
+            }, source_service="fhir")
 
     def _index(self, resource: dict[str, Any]) -> IndexRows | None:
         return self.indexer(resource) if self.indexer is not None else None
