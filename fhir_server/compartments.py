@@ -25,6 +25,7 @@ from fhir_server.search.values import parse_reference
 
 JSON = dict[str, Any]
 Evaluate = Callable[[JSON], list[Any]]
+Reader = Callable[[JSON], Iterator[Any]]
 _PLAIN_PATH = re.compile(r"([A-Z][A-Za-z]+)((?:\.[a-z][A-Za-z]*)+)"
                          r"(?:\.where\(resolve\(\) is ([A-Z][A-Za-z]+)\))?")
 
@@ -60,14 +61,22 @@ def _walk(value: Any, path: tuple[str, ...]) -> Iterator[Any]:
             yield from _walk(found, path[1:])
 
 
+def _path_reader(path: tuple[str, ...]) -> Reader:
+    return lambda resource: _walk(resource, path)
+
+
+def _evaluator_reader(evaluate: Evaluate) -> Reader:
+    return lambda resource: iter(evaluate(resource))
+
+
 class PatientCompartments:
     """``patients_of(resource)``: ids of the Patients whose compartments hold it."""
 
     def __init__(self, registry: SearchRegistry):
         self.registry = registry
-        self._readers: dict[str, list[Callable[[JSON], Iterator[Any]]]] = {}
+        self._readers: dict[str, list[Reader]] = {}
 
-    def _for(self, resource_type: str) -> list[Callable[[JSON], Iterator[Any]]]:
+    def _for(self, resource_type: str) -> list[Reader]:
         found = self._readers.get(resource_type)
         if found is None:
             found = []
@@ -77,10 +86,10 @@ class PatientCompartments:
                     continue
                 paths = plain_paths(param.expression, resource_type)
                 if paths is not None:
-                    found += [lambda r, p=path: _walk(r, p) for path in paths]
+                    found += [_path_reader(path) for path in paths]
                 elif (evaluate := self.registry.evaluator(resource_type,
                                                           param.expression)) is not None:
-                    found.append(lambda r, e=evaluate: iter(e(r)))
+                    found.append(_evaluator_reader(evaluate))
             self._readers[resource_type] = found
         return found
 

@@ -169,8 +169,8 @@ class StagedWrite:
     result: StoredResource | None = None
     # Set by the commit when a conditional create found its match instead of creating.
     existing: bool = False
-    # Set by the commit when an update carried the current content: no version was
-    # written, ``result`` is the current one.
+    # Set by the commit when no version was written: an update carried the current
+    # content (``result`` is the current version), or a delete found nothing to delete.
     unchanged: bool = False
 
     @property

@@ -789,6 +789,7 @@ class SQLiteStore:
         if w.op == "delete":
             if row is None or deleted:
                 # Deleting what is absent or already deleted changes nothing (FHIR: 200/204).
+                w.unchanged = True
                 return StoredResource(w.resource_type, w.id, current or 0, instant, True, b"",
                                       "DELETE")
             body = b""
