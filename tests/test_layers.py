@@ -77,3 +77,14 @@ def test_fhir_server_modules_import_each_other_without_cycles():
 
     for node in sorted(graph):
         visit(node)
+
+
+def test_the_store_port_loads_no_adapter_until_a_url_asks_for_one():
+    import subprocess
+    import sys
+
+    probe = ("import sys, fhir_server.store as s, fhir_server.service, fhir_server.caller; "
+             "assert not [m for m in sys.modules if m.startswith('fhir_server.store.sqlite')]; "
+             "s.store_from_url('sqlite:///:memory:'); "
+             "assert 'fhir_server.store.sqlite' in sys.modules")
+    subprocess.run([sys.executable, "-c", probe], check=True, cwd=ROOT)

@@ -1,4 +1,9 @@
-"""The system of record: the store port and its adapters, chosen by a URL."""
+"""The system of record: the store port and its adapters, chosen by a URL.
+
+Adapters are imported when a URL of their scheme asks for one, so a deployment loads
+only its own driver: ``sqlite:///path`` (:mod:`fhir_server.store.sqlite`, the embedded
+default), ``mongodb://...`` (production; not built yet).
+"""
 
 from __future__ import annotations
 
@@ -24,13 +29,17 @@ from fhir_server.store.port import (
     UnitOfWork,
     VersionConflict,
 )
-from fhir_server.store.sqlite import SQLiteStore
 
 
 def store_from_url(url: str, **kwargs: Any) -> ResourceStore:
-    """``sqlite:///path`` → the embedded adapter (the only one so far)."""
-    if url.startswith("sqlite:///"):
+    """The adapter for ``url``'s scheme, imported now."""
+    scheme = url.partition(":")[0]
+    if scheme == "sqlite":
+        from fhir_server.store.sqlite import SQLiteStore
+
         return SQLiteStore.from_url(url, **kwargs)
+    if scheme in ("mongodb", "mongodb+srv"):
+        raise ValueError("the MongoDB adapter is not available yet: use sqlite:///path")
     raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path")
 
 
@@ -46,7 +55,6 @@ __all__ = [
     "ResourceGone",
     "ResourceNotFound",
     "ResourceStore",
-    "SQLiteStore",
     "SearchPage",
     "SearchTooCostly",
     "Staging",

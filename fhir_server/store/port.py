@@ -256,16 +256,6 @@ class ResourceStore(Protocol):
         access filter), only the versions of resources it admits now."""
         ...
 
-    async def list_ids(
-        self, resource_type: str, *, ids: Sequence[str] | None = None,
-        last_updated: Sequence[tuple[str, str]] = (), count: int = 50, offset: int = 0,
-    ) -> tuple[list[StoredResource], int]:
-        """Current, non-deleted resources of a type filtered by id and lastUpdated bounds.
-
-        ``last_updated`` holds (SQL comparator, instant) pairs, e.g. ``(">=", "2026-01-01")``.
-        """
-        ...
-
     def unit_of_work(self) -> UnitOfWork: ...
 
     # --- search -------------------------------------------------------------------------

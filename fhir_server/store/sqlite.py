@@ -549,32 +549,6 @@ class SQLiteStore:
         ).fetchall()
         return HistoryPage([_stored(r) for r in rows], total)
 
-    async def list_ids(
-        self, resource_type: str, *, ids: Sequence[str] | None = None,
-        last_updated: Sequence[tuple[str, str]] = (), count: int = 50, offset: int = 0,
-    ) -> tuple[list[StoredResource], int]:
-        where, args = ["r.type = ?", "r.deleted = 0"], [resource_type]
-        if ids is not None:
-            where.append(f"r.id IN ({','.join('?' * len(ids))})")
-            args.extend(ids)
-        for op, instant in last_updated:
-            if op not in ("<", "<=", ">", ">=", "=", "!="):
-                raise ValueError(f"unsupported comparator {op!r}")
-            where.append(f"r.last_updated {op} ?")
-            args.append(instant)
-        clause = " AND ".join(where)
-        total = self.conn.execute(
-            f"SELECT count(*) FROM resources r WHERE {clause}", args
-        ).fetchone()[0]
-        rows = self.conn.execute(
-            "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method "
-            "FROM resources r JOIN versions v "
-            "ON v.type = r.type AND v.id = r.id AND v.version = r.version "
-            f"WHERE {clause} ORDER BY r.last_updated DESC, r.rid DESC LIMIT ? OFFSET ?",
-            [*args, count, offset],
-        ).fetchall()
-        return [_stored(r) for r in rows], total
-
     async def submit(self, writes: Sequence[StagedWrite],
                      documents: Sequence[tuple[str, str, str, JSON | None]],
                      events: Sequence[tuple[str, str, str, str, str]],

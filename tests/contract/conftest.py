@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fhir_server.store import SQLiteStore
+from fhir_server.store.sqlite import SQLiteStore
 
 
 @pytest.fixture(params=["sqlite"])

@@ -248,16 +248,3 @@ async def test_only_dispatched_events_are_purged_by_age(store):
     assert [e["id"] for e in await store.pending_events()] == [kept]  # never purged
     await store.mark_dispatched([kept])
     assert await store.purge_dispatched_events("9999-01-01T00:00:00Z") == 1
-
-
-async def test_list_current_resources_by_id_and_last_updated(store):
-    a = await write(store, "create", "p1", patient("A"))
-    await write(store, "create", "p2", patient("B"))
-    await write(store, "delete", "p2")
-    await write(store, "create", "p3", patient("C"))
-    found, total = await store.list_ids("Patient")
-    assert {s.id for s in found} == {"p1", "p3"} and total == 2
-    found, _ = await store.list_ids("Patient", ids=["p1", "p2"])
-    assert [s.id for s in found] == ["p1"]
-    found, _ = await store.list_ids("Patient", last_updated=[(">", a.last_updated)])
-    assert [s.id for s in found] == ["p3"]

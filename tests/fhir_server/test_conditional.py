@@ -13,7 +13,7 @@ import pytest
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
-from fhir_server.store import SQLiteStore
+from fhir_server.store.sqlite import SQLiteStore
 from tests.fhir_server.clinical_data import MRN
 
 FHIR = {"Content-Type": "application/fhir+json"}

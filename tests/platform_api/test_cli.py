@@ -6,7 +6,7 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from fhir_server.store import SQLiteStore
+from fhir_server.store.sqlite import SQLiteStore
 from platform_api.auth.keys import KeyRing
 from platform_api.cli import app
 

@@ -45,8 +45,7 @@ def refusal(response: httpx.Response) -> tuple[int, str]:
 
 async def audit_events(app: Any) -> list[dict[str, Any]]:
     await app.state.services.auth.drain()
-    found, _ = await app.state.services.store.list_ids("AuditEvent", count=500)
-    return [json.loads(s.body) for s in found]
+    return await app.state.services.fhir.search("AuditEvent", [("_count", "1000")])
 
 
 # -- managing keys ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 from asgi_lifespan import LifespanManager
 from typer.testing import CliRunner
 
-from fhir_server.store import SQLiteStore
+from fhir_server.store.sqlite import SQLiteStore
 from hl7_gateway.gateway import MESSAGES
 from platform_api.app import create_app
 from platform_api.auth import mfa, refresh
