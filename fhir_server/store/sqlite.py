@@ -49,6 +49,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from fhir_server.search.matching import plain_token, system_matches
 from fhir_server.search.phonetic import PARAM as PHONETIC
 from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.plan import AccessGrant, SearchPlan
@@ -71,12 +72,7 @@ from fhir_server.store.port import (
     VersionConflict,
 )
 from fhir_server.store.sqlite_access import compile_access
-from fhir_server.store.sqlite_search import (
-    Compiler,
-    SQLiteSearch,
-    plain_token,
-    system_matches,
-)
+from fhir_server.store.sqlite_search import Compiler, SQLiteSearch
 
 log = logging.getLogger(__name__)
 
@@ -1178,7 +1174,7 @@ class _PendingIndex:
         conditional write usually carries (token equalities such as
         ``identifier=system|value``, AND-ed); None for any other plan."""
         if len(plan.resource_types) != 1 or not plan.clauses or plan.access is not None:
-            return None
+            return None  # an access filter needs the searcher, not this in-memory match
         resource_type = plan.resource_types[0]
         matched: set[int] | None = None
         for clause in plan.clauses:

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from fhir_server.search.matching import plain_token_plan, system_matches
 from fhir_server.search.plan import (
     AccessGrant,
     ChainCriterion,
@@ -739,7 +740,7 @@ class SQLiteSearch:
                   ) -> list[str]:
         """Ids of up to ``limit`` current resources matching ``plan`` (conditionals),
         leaving out the resources whose rids are ``hidden``."""
-        direct = _token_match(plan) if plan.access is None else None
+        direct = _token_match(plan)
         if direct is not None:  # the usual condition: one index lookup, nothing to plan
             sql, args = direct
             hits = self.conn.execute(sql, [*args, limit + len(hidden)]).fetchall()
@@ -766,7 +767,7 @@ class SQLiteSearch:
         other plan on its own."""
         answers: list[list[str] | None] = [None] * len(plans)
         plain = [(i, p) for i, p in enumerate(plans)
-                 if plain_token_plan(p) and p.access is None]
+                 if plain_token_plan(p)]
         for start in range(0, len(plain), _TRIPLES_PER_STATEMENT):
             chunk = plain[start:start + _TRIPLES_PER_STATEMENT]
             triples = sorted({(p.resource_types[0], param, c.code)
@@ -1086,13 +1087,6 @@ def _token_match(plan: SearchPlan) -> SQL | None:
     return sql, [plan.resource_types[0], *params, *args]
 
 
-def plain_token_plan(plan: SearchPlan) -> bool:
-    """One plain token clause (see ``plain_token``) on one resource type."""
-    return (len(plan.resource_types) == 1 and not plan.all_types
-            and plan.compartment is None and len(plan.clauses) == 1
-            and plain_token(plan.clauses[0]))
-
-
 # Token rows with their resource ids, for (type, param, code) triples listed as JSON:
 # exact lookups in the (type, param, code) index, one statement for many conditions.
 _TOKEN_TRIPLES = (
@@ -1102,20 +1096,3 @@ _TOKEN_TRIPLES = (
     "JOIN resources r ON r.rid = x.rid WHERE r.deleted = 0")
 # Conditions answered per statement (a transaction may carry thousands).
 _TRIPLES_PER_STATEMENT = 500
-
-
-def system_matches(c: TokenCriterion, system: str | None) -> bool:
-    """What ``_token_cond`` asks of the system of a row with the criterion's code (for
-    conditions matched outside SQL: ``system|code``, ``code`` any system, ``|code``
-    none)."""
-    if c.system is not None:
-        return system == c.system
-    return system is None if c.no_system else True
-
-
-def plain_token(clause: Clause) -> bool:
-    """A token clause of codes compared for equality (``system|code``, ``code``,
-    ``|code``), OR-ed: no modifier, ``:not``, ``:missing``, ``:text`` or ``system|``."""
-    return (clause.type == "token" and not clause.modifier and not clause.negate
-            and clause.missing is None and bool(clause.criteria)
-            and all(c.code is not None and c.text is None for c in clause.criteria))
