@@ -69,10 +69,16 @@ from fhir_server.store.port import (
     Staging,
     StoredResource,
     StoreError,
-    VersionConflict,
 )
 from fhir_server.store.sqlite_access import compile_access
 from fhir_server.store.sqlite_search import Compiler, SQLiteSearch
+from fhir_server.store.writes import (
+    NEVER_WRITTEN,
+    CurrentState,
+    content_digest,
+    decide,
+    versioned_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +129,7 @@ CREATE TABLE IF NOT EXISTS resources (
     last_updated TEXT NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0,
     index_digest BLOB,  -- see _digest: which index tables an update must rewrite
-    content_digest BLOB,  -- see _content_digest: an update that changes nothing is no version
+    content_digest BLOB,  -- see store.writes: an update that changes nothing is no version
     UNIQUE (type, id)
 );
 CREATE INDEX IF NOT EXISTS resources_type_updated ON resources (type, last_updated);
@@ -748,73 +754,54 @@ class SQLiteStore:
             "WHERE type = ? AND id = ?",
             (w.resource_type, w.id),
         ).fetchone()
-        rid, current, deleted, old_digest, old_content = \
-            row if row else (None, None, True, None, None)
-        if w.must_not_exist and row is not None:
-            raise ResourceExists(w.resource_type, w.id)
-        if w.if_match is not None and (current != w.if_match or (deleted and w.op != "delete")):
-            raise VersionConflict(w.resource_type, w.id, w.if_match, None if deleted else current)
-        version = (current or 0) + 1
-        content = None
-        if w.op == "delete":
-            if row is None or deleted:
-                # Deleting what is absent or already deleted changes nothing (FHIR: 200/204).
-                w.unchanged = True
-                return StoredResource(w.resource_type, w.id, current or 0, instant, True, b"",
-                                      "DELETE")
-            body = b""
-        else:
-            content = _content_digest(w)
-            if old_content is not None and content == old_content and not deleted:
-                # The update carries the current content: no new version (as HAPI FHIR and
-                # Microsoft's FHIR server do), so a feed that resends the same record (an
-                # ADT feed sends the whole patient with every event) does not fill the
-                # history.
-                unchanged = self._current(conn, w.resource_type, w.id)
-                if unchanged is not None:
-                    w.unchanged = True
-                    return unchanged
-            body = _versioned_body(w, version, instant)
-        is_deleted = 1 if w.op == "delete" else 0
+        rid, old_digest = (row[0], row[3]) if row else (None, None)
+        current = CurrentState(row[1], bool(row[2]), row[4]) if row else NEVER_WRITTEN
+        new = decide(w, current, instant)
+        if new is None:  # nothing to write (see fhir_server.store.writes)
+            if w.op == "delete":
+                return StoredResource(w.resource_type, w.id, current.version or 0, instant,
+                                      True, b"", "DELETE")
+            kept = self._current(conn, w.resource_type, w.id)
+            assert kept is not None
+            return kept
         conn.execute(
             "INSERT INTO versions (type, id, version, last_updated, deleted, method, body) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (w.resource_type, w.id, version, instant, is_deleted, w.method, body),
+            (w.resource_type, w.id, new.version, instant, new.deleted, w.method, new.body),
         )
         if rid is None:
             rid = conn.execute(
                 "INSERT INTO resources (type, id, version, last_updated, deleted, "
                 "content_digest) VALUES (?, ?, ?, ?, ?, ?)",
-                (w.resource_type, w.id, version, instant, is_deleted, content),
+                (w.resource_type, w.id, new.version, instant, new.deleted,
+                 new.content_digest),
             ).lastrowid
             assert rid is not None
+            if w.index is not None and not new.deleted:
+                index_rows.add(rid, w.resource_type, w.id, w.index)
         else:
             # An update rewrites only the index tables whose rows changed (most updates
             # change a few values): per-table digests of the rows say which.
-            digest = _digest(w.index) if w.index is not None and not is_deleted else None
+            digest = _digest(w.index) if w.index is not None and not new.deleted else None
             conn.execute(
                 "UPDATE resources SET version = ?, last_updated = ?, deleted = ?, "
                 "index_digest = ?, content_digest = ? WHERE rid = ?",
-                (version, instant, is_deleted, digest, content, rid),
+                (new.version, instant, new.deleted, digest, new.content_digest, rid),
             )
             tables = _changed_tables(old_digest, digest)
             index_rows.remove(rid, tables)
-            if w.index is not None and not is_deleted:
+            if w.index is not None and not new.deleted:
                 index_rows.add(rid, w.resource_type, w.id, w.index, tables)
-            return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted),
-                                  body, w.method)
-        if w.index is not None and not is_deleted:
-            index_rows.add(rid, w.resource_type, w.id, w.index)
-        return StoredResource(w.resource_type, w.id, version, instant, bool(is_deleted), body,
-                              w.method)
+        return StoredResource(w.resource_type, w.id, new.version, instant, new.deleted,
+                              new.body, w.method)
 
     @staticmethod
     def _insert_new(conn: sqlite3.Connection, w: StagedWrite, instant: str,
                     index_rows: _PendingIndex) -> StoredResource:
         """A create (POST): the UNIQUE (type, id) constraint is the existence check, which
         saves a lookup per resource when transaction bundles load thousands."""
-        content = _content_digest(w)
-        body = _versioned_body(w, 1, instant)
+        content = content_digest(w)
+        body = versioned_body(w, 1, instant)
         try:
             rid = conn.execute(
                 "INSERT INTO resources (type, id, version, last_updated, deleted, "
@@ -1067,36 +1054,6 @@ class SQLiteStore:
         rows = [(i,) for i in event_ids]
         await self._write(lambda conn: conn.executemany(
             "UPDATE outbox SET dispatched = 1 WHERE id = ?", rows))
-
-
-def _content_digest(w: StagedWrite) -> bytes:
-    """16 bytes identifying what a write stores, apart from what the store sets itself
-    (``meta.versionId``, ``meta.lastUpdated``): equal digests, equal content. Keys are
-    sorted, so the order a client writes them in does not count."""
-    assert w.body is not None
-    resource = dict(w.body)
-    resource["id"] = w.id
-    meta = resource.get("meta")
-    if isinstance(meta, dict) and ("versionId" in meta or "lastUpdated" in meta):
-        meta = {k: v for k, v in meta.items() if k not in ("versionId", "lastUpdated")}
-        if meta:
-            resource["meta"] = meta
-        else:
-            del resource["meta"]
-    return hashlib.blake2b(orjson.dumps(resource, option=orjson.OPT_SORT_KEYS),
-                           digest_size=16).digest()
-
-
-def _versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
-    """The JSON text of a new version: the staged body with its id and meta set."""
-    assert w.body is not None
-    resource = w.body
-    resource["id"] = w.id
-    meta = dict(resource.get("meta") or {})
-    meta["versionId"] = str(version)
-    meta["lastUpdated"] = instant
-    resource["meta"] = meta
-    return orjson.dumps(resource)
 
 
 def _connect(path: str, cache_mb: int) -> sqlite3.Connection:

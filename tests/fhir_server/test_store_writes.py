@@ -1,0 +1,72 @@
+"""The versioning rules every store adapter applies (fhir_server.store.writes)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from fhir_server.store.port import ResourceExists, StagedWrite, VersionConflict
+from fhir_server.store.writes import NEVER_WRITTEN, CurrentState, content_digest, decide
+
+NOW = "2026-11-24T10:00:00.000000Z"
+
+
+def patient(**extra: object) -> dict:
+    return {"resourceType": "Patient", "name": [{"family": "Achieng"}], **extra}
+
+
+def write(op: str, body: dict | None = None, **options: object) -> StagedWrite:
+    return StagedWrite(op, "Patient", "p1", body, **options)  # type: ignore[arg-type]
+
+
+def test_a_first_write_is_version_1_with_its_id_and_meta():
+    new = decide(write("update", patient()), NEVER_WRITTEN, NOW)
+    assert new is not None and (new.version, new.deleted) == (1, False)
+    stored = orjson.loads(new.body)
+    assert stored["id"] == "p1"
+    assert stored["meta"] == {"versionId": "1", "lastUpdated": NOW}
+
+
+def test_an_update_carrying_the_current_content_writes_nothing():
+    same = write("update", patient(meta={"versionId": "9", "lastUpdated": "2020-01-01"}))
+    current = CurrentState(3, False, content_digest(write("update", patient())))
+    assert decide(same, current, NOW) is None and same.unchanged
+    changed = write("update", patient(gender="female"))
+    new = decide(changed, current, NOW)
+    assert new is not None and new.version == 4 and not changed.unchanged
+
+
+def test_a_deleted_resource_written_again_with_its_old_content_comes_back():
+    body = patient()
+    current = CurrentState(2, True, content_digest(write("update", body)))
+    new = decide(write("update", patient()), current, NOW)
+    assert new is not None and new.version == 3 and not new.deleted
+
+
+def test_deletes_write_a_tombstone_once():
+    new = decide(write("delete"), CurrentState(2, False, b"x"), NOW)
+    assert new is not None and (new.version, new.deleted, new.body) == (3, True, b"")
+    again = write("delete")
+    assert decide(again, CurrentState(3, True, None), NOW) is None and again.unchanged
+    absent = write("delete")
+    assert decide(absent, NEVER_WRITTEN, NOW) is None and absent.unchanged
+
+
+def test_preconditions_refuse_stale_versions_and_taken_ids():
+    with pytest.raises(VersionConflict):
+        decide(write("update", patient(), if_match=1), CurrentState(2, False, b"x"), NOW)
+    with pytest.raises(VersionConflict):  # a tombstone is no version to update
+        decide(write("update", patient(), if_match=2), CurrentState(2, True, None), NOW)
+    assert decide(write("delete", if_match=2), CurrentState(2, False, b"x"), NOW) is not None
+    with pytest.raises(ResourceExists):
+        decide(write("create", patient(), must_not_exist=True), CurrentState(1, True), NOW)
+
+
+def test_content_digests_ignore_key_order_and_the_stores_own_meta():
+    a = write("update", {"resourceType": "Patient", "gender": "male", "active": True})
+    b = write("update", {"active": True, "gender": "male", "resourceType": "Patient",
+                         "meta": {"versionId": "4", "lastUpdated": NOW}})
+    assert content_digest(a) == content_digest(b)
+    tagged = write("update", {"resourceType": "Patient", "gender": "male", "active": True,
+                              "meta": {"tag": [{"code": "x"}]}})
+    assert content_digest(a) != content_digest(tagged)
