@@ -38,7 +38,6 @@ import hashlib
 import logging
 import sqlite3
 import threading
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,7 +54,6 @@ from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.plan import AccessGrant, SearchPlan
 from fhir_server.store.port import (
     JSON,
-    Condition,
     ConditionChanged,
     DuplicateDocument,
     HistoryPage,
@@ -72,6 +70,13 @@ from fhir_server.store.port import (
 )
 from fhir_server.store.sqlite_access import compile_access
 from fhir_server.store.sqlite_search import Compiler, SQLiteSearch
+from fhir_server.store.unit_of_work import (
+    OutboxEvent,
+    StagedDocument,
+    StagedUnit,
+    reset,
+    run_callbacks,
+)
 from fhir_server.store.writes import (
     NEVER_WRITTEN,
     CurrentState,
@@ -250,85 +255,17 @@ def _field_value(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-class _Staged:
-    """Documents and outbox events staged for a commit, as the rows they become."""
-
-    def __init__(self) -> None:
-        self._documents: list[tuple[str, str, str, JSON | None]] = []  # (op, coll, id, body)
-        self._events: list[tuple[str, str, str, str, str]] = []
-
-    def put_document(self, collection: str, id: str, body: JSON) -> None:
-        self._documents.append(("put", collection, id, body))
-
-    def insert_document(self, collection: str, id: str, body: JSON) -> None:
-        self._documents.append(("insert", collection, id, body))
-
-    def delete_document(self, collection: str, id: str) -> None:
-        self._documents.append(("delete", collection, id, None))
-
-    def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
-             source_service: str = "fhir_server") -> str:
-        event_id = event_id or str(uuid.uuid4())
-        self._events.append(
-            (event_id, topic, now_instant(), source_service, orjson.dumps(payload).decode())
-        )
-        return event_id
-
-
-class SQLiteUnitOfWork(_Staged):
-    """Stages writes; ``commit`` applies them in one ``BEGIN IMMEDIATE`` transaction."""
+class SQLiteUnitOfWork(StagedUnit):
+    """A unit of work whose commit joins the store's group commit (``SQLiteStore.submit``):
+    one ``BEGIN IMMEDIATE`` transaction shared with the units committing at the same
+    moment, each applied all or nothing."""
 
     def __init__(self, store: SQLiteStore):
         super().__init__()
         self._store = store
-        self._writes: list[StagedWrite] = []
-        self._callbacks: list[Callable[[Staging], None]] = []
-        self.committed = False
 
-    async def __aenter__(self) -> SQLiteUnitOfWork:
-        return self
-
-    async def __aexit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is None and not self.committed and (
-            self._writes or self._documents or self._events or self._callbacks
-        ):
-            await self.commit()
-
-    # -- staging -------------------------------------------------------------------
-    def create(self, resource_type: str, id: str, body: JSON, *, index: IndexRows | None = None,
-               method: str = "POST", condition: Condition | None = None) -> StagedWrite:
-        w = StagedWrite("create", resource_type, id, body, must_not_exist=True, method=method,
-                        index=index, condition=condition)
-        self._writes.append(w)
-        return w
-
-    def update(self, resource_type: str, id: str, body: JSON, *, if_match: int | None = None,
-               index: IndexRows | None = None, method: str = "PUT",
-               condition: Condition | None = None) -> StagedWrite:
-        w = StagedWrite("update", resource_type, id, body, if_match=if_match, method=method,
-                        index=index, condition=condition)
-        self._writes.append(w)
-        return w
-
-    def delete(self, resource_type: str, id: str, *, if_match: int | None = None) -> StagedWrite:
-        w = StagedWrite("delete", resource_type, id, None, if_match=if_match, method="DELETE")
-        self._writes.append(w)
-        return w
-
-    def after_writes(self, callback: Callable[[Staging], None]) -> None:
-        self._callbacks.append(callback)
-
-    # -- applying --------------------------------------------------------------------
-    async def commit(self) -> None:
-        await self._store.submit(self._writes, self._documents, self._events,
-                                 self._callbacks)
-        self.committed = True
-
-    async def rollback(self) -> None:
-        self._writes.clear()
-        self._documents.clear()
-        self._events.clear()
-        self._callbacks.clear()
+    async def submit(self) -> None:
+        await self._store.submit(self.writes, self.documents, self.events, self.callbacks)
 
 
 class SQLiteStore:
@@ -551,9 +488,8 @@ class SQLiteStore:
         ).fetchall()
         return HistoryPage([_stored(r) for r in rows], total)
 
-    async def submit(self, writes: Sequence[StagedWrite],
-                     documents: Sequence[tuple[str, str, str, JSON | None]],
-                     events: Sequence[tuple[str, str, str, str, str]],
+    async def submit(self, writes: Sequence[StagedWrite], documents: Sequence[StagedDocument],
+                     events: Sequence[OutboxEvent],
                      callbacks: Sequence[Callable[[Staging], None]] = ()) -> None:
         """Commit one unit of work, grouped with the others committing in this loop turn.
 
@@ -626,7 +562,7 @@ class SQLiteStore:
     def _fail(self, batch: Sequence[_Submitted], exc: BaseException) -> None:
         """The batch's transaction failed: every unit gets the error."""
         for unit in batch:
-            _reset(unit.writes)
+            reset(unit.writes)
             if not unit.future.done():
                 unit.future.set_exception(exc)
 
@@ -660,7 +596,7 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             for unit in batch:
-                _reset(unit.writes)
+                reset(unit.writes)
         return [self._apply_savepoint(conn, unit) for unit in batch], _PendingIndex()
 
     def _apply_savepoint(self, conn: sqlite3.Connection, unit: _Submitted
@@ -671,7 +607,7 @@ class SQLiteStore:
         except (StoreError, sqlite3.Error) as exc:
             conn.execute("ROLLBACK TO unit")
             conn.execute("RELEASE unit")
-            _reset(unit.writes)
+            reset(unit.writes)
             return exc
         conn.execute("RELEASE unit")
         return None
@@ -690,16 +626,7 @@ class SQLiteStore:
                 raise
         if pending is None:
             index_rows.flush(conn)
-        documents, events = unit.documents, unit.events
-        if unit.callbacks:
-            staged = _Staged()
-            for callback in unit.callbacks:
-                try:
-                    callback(staged)
-                except Exception as exc:  # fails this unit only, like a failed write
-                    raise StoreError(f"after-writes callback failed: {exc}") from exc
-            documents = [*documents, *staged._documents]
-            events = [*events, *staged._events]
+        documents, events = run_callbacks(unit.callbacks, unit.documents, unit.events)
         for op, collection, doc_id, body in documents:
             self._apply_document(conn, op, collection, doc_id, body)
         if events:
@@ -1466,17 +1393,10 @@ class _Submitted:
     """A unit of work waiting for the group commit."""
 
     writes: Sequence[StagedWrite]
-    documents: Sequence[tuple[str, str, str, JSON | None]]
-    events: Sequence[tuple[str, str, str, str, str]]
+    documents: Sequence[StagedDocument]
+    events: Sequence[OutboxEvent]
     callbacks: Sequence[Callable[[Staging], None]]
     future: asyncio.Future[None]
-
-
-def _reset(writes: Sequence[StagedWrite]) -> None:
-    for write in writes:
-        write.result = None
-        write.existing = False
-        write.unchanged = False
 
 
 def _safe(field: str) -> str:
