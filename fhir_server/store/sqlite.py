@@ -52,6 +52,7 @@ from fhir_server.search.matching import plain_token, system_matches
 from fhir_server.search.phonetic import PARAM as PHONETIC
 from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.plan import AccessGrant, SearchPlan
+from fhir_server.store.includes import collect_includes
 from fhir_server.store.port import (
     JSON,
     ConditionChanged,
@@ -69,7 +70,7 @@ from fhir_server.store.port import (
     StoreError,
 )
 from fhir_server.store.sqlite_access import compile_access
-from fhir_server.store.sqlite_search import Compiler, SQLiteSearch
+from fhir_server.store.sqlite_search import Compiler, SQLiteIncludes, SQLiteSearch
 from fhir_server.store.unit_of_work import (
     OutboxEvent,
     StagedDocument,
@@ -764,7 +765,10 @@ class SQLiteStore:
         return self._search
 
     async def search(self, plan: SearchPlan) -> SearchPage:
-        return self.searcher.search(plan)
+        page, rids = self.searcher.search(plan)
+        if rids and (plan.includes or plan.revincludes):
+            page.included = await collect_includes(plan, rids, SQLiteIncludes(self.searcher))
+        return page
 
     async def match_ids(self, plan: SearchPlan, limit: int) -> list[str]:
         return self.searcher.match_ids(plan, limit)

@@ -63,6 +63,7 @@ from fhir_server.search.plan import (
     TokenCriterion,
     UriCriterion,
 )
+from fhir_server.store import includes as includes_module
 from fhir_server.store.port import InvalidSearch, SearchPage, SearchTooCostly, StoredResource
 
 ESTIMATE_CAP = 2000  # matches counted per clause to choose the driving one
@@ -70,8 +71,6 @@ DRIVE_NOW = 100  # a clause matching at most this many drives without estimating
 _PRIORITY = {"reference": 0, "id": 0, "token": 1, "string": 2, "uri": 2, "composite": 2,
              "number": 3, "quantity": 3, "text": 3, "date": 4, "lastUpdated": 4}
 MATERIALIZE_MAX = 20000  # beyond this a multi-key sort is refused (no index can stream it)
-MAX_INCLUDED = 1000  # included resources per page
-MAX_INCLUDE_DEPTH = 3  # rounds of _include:iterate
 # SQLite virtual-machine instructions one search may run (about 1-2 s of work here).
 SEARCH_BUDGET = 150_000_000
 _BUDGET_STEP = 10_000
@@ -628,6 +627,27 @@ def _after(terms: Sequence[tuple[str, bool]], values: Sequence[Any], backwards: 
 
 # --- the executor --------------------------------------------------------------------------
 
+
+class SQLiteIncludes:
+    """The primitives of :mod:`fhir_server.store.includes` on this adapter: rids as keys,
+    each query under the searcher's budget."""
+
+    def __init__(self, searcher: SQLiteSearch):
+        self.searcher = searcher
+
+    async def forward(self, plan: SearchPlan, includes: Sequence[Include],
+                      frontier: Sequence[int]) -> list[int]:
+        with self.searcher.budget():
+            return self.searcher.forward(plan, includes, frontier)
+
+    async def reverse(self, plan: SearchPlan, revincludes: Sequence[Include],
+                      frontier: Sequence[int]) -> list[int]:
+        with self.searcher.budget():
+            return self.searcher.reverse(plan, revincludes, frontier)
+
+    async def fetch(self, keys: Sequence[int]) -> list[StoredResource]:
+        return [resource for _rid, resource in self.searcher.fetch(keys)]
+
 @dataclass
 class _Query:
     plan: SearchPlan
@@ -719,22 +739,22 @@ class SQLiteSearch:
         return " AND ".join(p[0] for p in parts), [a for p in parts for a in p[1]]
 
     # -- entry points ----------------------------------------------------------------------
-    def search(self, plan: SearchPlan) -> SearchPage:
+    def search(self, plan: SearchPlan) -> tuple[SearchPage, list[int]]:
+        """One page of matches (the includes come after, see ``SQLiteIncludes``), with the
+        rids of the page's resources."""
         with self.budget():
             query = self.prepare(plan)
             if query.empty:
-                return SearchPage([], total=0 if plan.total != "none" else None)
+                return SearchPage([], total=0 if plan.total != "none" else None), []
             if plan.count == 0 or plan.summary == "count":
-                return SearchPage([], total=self.count(query))
+                return SearchPage([], total=self.count(query)), []
             if plan.sort:
                 rows, more = self._sorted_rows(query)
             else:
                 rows, more = self._rid_rows(query)
             page = self._page(query, rows, more)
             page.total = self._total(query, page)
-            if plan.includes or plan.revincludes:
-                page.included = self._includes(plan, [r[-1] for r in rows])
-            return page
+            return page, [r[-1] for r in rows]
 
     def match_ids(self, plan: SearchPlan, limit: int, hidden: AbstractSet[int] = frozenset()
                   ) -> list[str]:
@@ -981,31 +1001,7 @@ class SQLiteSearch:
         return page
 
     # -- _include / _revinclude -----------------------------------------------------------------
-    def _includes(self, plan: SearchPlan, page_rids: Sequence[int]) -> list[StoredResource]:
-        """Resources the page references (``_include``) or that reference it
-        (``_revinclude``), repeated on what was added for ``:iterate``, at most
-        MAX_INCLUDED."""
-        seen = set(page_rids)
-        included: list[StoredResource] = []
-        frontier = list(page_rids)
-        iterate = any(i.iterate for i in [*plan.includes, *plan.revincludes])
-        for depth in range(MAX_INCLUDE_DEPTH):
-            includes = [i for i in plan.includes if depth == 0 or i.iterate]
-            revincludes = [i for i in plan.revincludes if depth == 0 or i.iterate]
-            rids = (self._forward(plan, includes, frontier)
-                    + self._reverse(plan, revincludes, frontier))
-            new = [r for r in dict.fromkeys(rids) if r not in seen]
-            seen.update(new)
-            if len(included) + len(new) > MAX_INCLUDED:
-                raise InvalidSearch(
-                    f"_include/_revinclude would add more than {MAX_INCLUDED} resources to "
-                    "this page; lower _count or narrow the search")
-            included += [resource for _rid, resource in self.fetch(new)]
-            if not new or not iterate:
-                break
-            frontier = new
-        return included
-
+    # -- _include / _revinclude: the primitives of fhir_server.store.includes -----------
     def _allowed(self, plan: SearchPlan, rid: str) -> SQL:
         """The plan's access filter on an included resource (of any type)."""
         if plan.access is None or self.access_compiler is None:
@@ -1013,8 +1009,8 @@ class SQLiteSearch:
         compiled = self.access_compiler(Compiler(self.conn), plan.access, None)
         return compiled.check(rid) if compiled is not None else ("1", [])
 
-    def _forward(self, plan: SearchPlan, includes: Sequence[Include], frontier: Sequence[int]
-                 ) -> list[int]:
+    def forward(self, plan: SearchPlan, includes: Sequence[Include], frontier: Sequence[int]
+                ) -> list[int]:
         if not includes or not frontier:
             return []
         rids: list[int] = []
@@ -1034,12 +1030,12 @@ class SQLiteSearch:
                 "SELECT DISTINCT t.rid FROM idx_reference x JOIN resources t "
                 "ON t.type = x.target_type AND t.id = x.target_id "
                 f"WHERE {' AND '.join(where)} AND t.deleted = 0 LIMIT ?",
-                [*args, MAX_INCLUDED + 1]).fetchall()
+                [*args, includes_module.MAX_INCLUDED + 1]).fetchall()
             rids += [r[0] for r in rows]
         return rids
 
-    def _reverse(self, plan: SearchPlan, revincludes: Sequence[Include],
-                 frontier: Sequence[int]) -> list[int]:
+    def reverse(self, plan: SearchPlan, revincludes: Sequence[Include],
+                frontier: Sequence[int]) -> list[int]:
         if not revincludes or not frontier:
             return []
         where_rids, rid_args = _in("rid", frontier)
@@ -1062,7 +1058,7 @@ class SQLiteSearch:
                 args += param_args
             rows = self.conn.execute(
                 f"SELECT DISTINCT x.rid FROM idx_reference x WHERE {' AND '.join(where)} LIMIT ?",
-                [*args, MAX_INCLUDED + 1]).fetchall()
+                [*args, includes_module.MAX_INCLUDED + 1]).fetchall()
             rids += [r[0] for r in rows]
         return rids
 

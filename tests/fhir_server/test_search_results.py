@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fhir_server.store import sqlite_search
+from fhir_server.store import includes, sqlite_search
 from tests.fhir_server.clinical_data import LOINC
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -179,7 +179,7 @@ async def test_include_wildcard(clinical):
 
 
 async def test_include_fan_out_is_capped_with_a_clear_error(clinical, monkeypatch):
-    monkeypatch.setattr(sqlite_search, "MAX_INCLUDED", 2)
+    monkeypatch.setattr(includes, "MAX_INCLUDED", 2)
     response = await clinical.client.get("/fhir/Observation", params={
         "_include": "Observation:subject", "_count": "50"}, headers=clinical.headers)
     assert response.status_code == 400
