@@ -1,9 +1,9 @@
-"""Index extraction: a resource → the rows of the store's search-index tables.
+"""Index extraction: a resource → the search-index rows every store adapter keeps.
 
 This runs on every write, so each resource type's parameters are prepared once (compiled
 evaluator + the converter for its parameter type) and a write only evaluates and converts.
-The row shapes match the adapter's index tables (``fhir_server.store.sqlite.INDEX_TABLES``),
-each row starting with the parameter code:
+The rows' fields are named in :data:`fhir_server.store.index.FIELDS`, each row starting
+with the parameter code:
 
 - ``string``: (param, normalized, exact)
 - ``token``: (param, system, code, normalized display/text)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fhir_server.search.plan import AccessGrant, Cursor, SearchPlan
+from fhir_server.store.index import Row
 
 JSON = dict[str, Any]
 
@@ -144,14 +145,15 @@ class Condition:
 
 @dataclass(slots=True)
 class IndexRows:
-    """Search-index values extracted from one resource version, per parameter type.
+    """Search-index values extracted from one resource version, per kind of parameter.
 
-    Each list holds tuples whose shape the adapter's index tables define; the FHIR
-    service computes them (see ``fhir_server.search``) and the adapter stores them in
-    the same atomic step as the resource.
+    ``rows[kind]`` holds rows whose fields :data:`fhir_server.store.index.FIELDS` names
+    (``rows["token"]``: ``(param, system, code, text)``); the FHIR service computes them
+    (:mod:`fhir_server.search.extract`) and the adapter stores them in the same atomic
+    step as the resource.
     """
 
-    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    rows: dict[str, list[Row]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -53,6 +53,7 @@ from fhir_server.search.phonetic import PARAM as PHONETIC
 from fhir_server.search.phonetic import phonetic_code
 from fhir_server.search.plan import AccessGrant, SearchPlan
 from fhir_server.store.includes import collect_includes
+from fhir_server.store.index import FIELDS
 from fhir_server.store.port import (
     JSON,
     ConditionChanged,
@@ -88,18 +89,10 @@ from fhir_server.store.writes import (
 
 log = logging.getLogger(__name__)
 
-# Index tables: the columns after (rid, type, param). The FHIR search engine produces
-# rows with exactly these shapes (see fhir_server.search.extract).
+# Index tables idx_<kind>: (rid, type, param) and the other fields of the kind's rows
+# (fhir_server.store.index.FIELDS, the rows the FHIR service extracts); idx_text is FTS5.
 INDEX_TABLES: dict[str, tuple[str, ...]] = {
-    "string": ("value", "exact"),  # value normalized: lower case, accents removed
-    "token": ("system", "code", "text"),
-    "date": ("lo", "hi"),  # half-open range [lo, hi) of UTC instants as sortable text
-    "number": ("lo", "hi"),
-    "quantity": ("system", "code", "lo", "hi", "ncode", "nlo", "nhi"),  # n*: UCUM base unit
-    "reference": ("target_type", "target_id", "url"),
-    "uri": ("value",),
-    "composite": ("system", "code", "vsystem", "vcode", "lo", "hi"),
-}
+    kind: fields[1:] for kind, fields in FIELDS.items() if kind != "text"}
 # Lookup indexes (besides (rid, param) on every table): each leads with the columns a
 # search compares for equality and ends with rid, so one value's matches come out in rid
 # order (keyset paging streams) and sorted scans walk (type, param, value, rid).

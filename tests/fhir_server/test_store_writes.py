@@ -70,3 +70,23 @@ def test_content_digests_ignore_key_order_and_the_stores_own_meta():
     tagged = write("update", {"resourceType": "Patient", "gender": "male", "active": True,
                               "meta": {"tag": [{"code": "x"}]}})
     assert content_digest(a) != content_digest(tagged)
+
+
+def test_extracted_rows_have_the_fields_the_index_schema_names():
+    from fhir_server.search.extract import IndexExtractor
+    from fhir_server.search.registry import builtin_registry
+    from fhir_server.store.index import FIELDS, as_document
+
+    rows = IndexExtractor(builtin_registry())({
+        "resourceType": "Observation", "id": "o1", "status": "final",
+        "code": {"coding": [{"system": "http://loinc.org", "code": "8867-4"}]},
+        "subject": {"reference": "Patient/p1"}, "effectiveDateTime": "2026-11-24",
+        "valueQuantity": {"value": 72, "system": "http://unitsofmeasure.org", "code": "/min"},
+        "text": {"status": "generated", "div": "<div>Heart rate 72</div>"}}).rows
+    assert set(rows) <= set(FIELDS)
+    for kind, found in rows.items():
+        assert all(len(row) == len(FIELDS[kind]) for row in found), kind
+    subject = next(as_document("reference", r) for r in rows["reference"]
+                   if r[0] == "subject")
+    assert subject == {"param": "subject", "target_type": "Patient", "target_id": "p1",
+                       "url": None}
