@@ -17,6 +17,13 @@ from platform_api.settings import Settings
 _users = itertools.count(1)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from tests.contract.conftest import ADAPTERS
+
+    return (f"store adapters under contract (tests/contract): {', '.join(ADAPTERS)}; "
+            "MongoDB: no adapter yet")
+
+
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": tmp_path, "argon2_time_cost": 1, "argon2_memory_kib": 8192,
