@@ -28,7 +28,7 @@ resource), so only writers in other processes can make them try again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -228,18 +228,11 @@ class CallerFhir:
             if body_id != resource_id:
                 raise FhirError.of(400, "invalid", f"The body's id {body_id!r} does not "
                                    f"match the URL's id {resource_id!r}", f"{resource_type}.id")
-        async with self.service.resource_lock(resource_type, resource_id):
-            for _attempt in range(CONDITION_RETRIES):
-                try:
-                    async with self.unit() as unit:
-                        staged = await unit.update(resource, if_match=if_match,
-                                                   expected_type=resource_type)
-                        await unit.commit()
-                except ConditionChanged:
-                    continue
-                assert staged.result is not None
-                return staged.result, staged.created
-        raise _kept_changing()
+        staged = await self._one_write(
+            (resource_type, resource_id),
+            lambda unit: unit.update(resource, if_match=if_match, expected_type=resource_type))
+        assert staged.result is not None
+        return staged.result, staged.created
 
     async def conditional_update(self, resource_type: str, criteria: Params, resource: JSON,
                                  *, if_match: int | None = None
@@ -280,32 +273,33 @@ class CallerFhir:
                     if_match: int | None = None) -> StoredResource:
         """Apply a JSON Patch (RFC 6902) to the current version and store the result."""
         await self.service.refresh_registry()
-        async with self.service.resource_lock(resource_type, resource_id):
-            for _attempt in range(CONDITION_RETRIES):
-                try:
-                    async with self.unit() as unit:
-                        staged = await unit.patch(resource_type, resource_id, operations,
-                                                  if_match=if_match)
-                        await unit.commit()
-                except ConditionChanged:
-                    continue
-                assert staged.result is not None
-                return staged.result
-        raise _kept_changing()
+        staged = await self._one_write(
+            (resource_type, resource_id),
+            lambda unit: unit.patch(resource_type, resource_id, operations, if_match=if_match))
+        assert staged.result is not None
+        return staged.result
 
     async def delete(self, resource_type: str, resource_id: str, *,
                      if_match: int | None = None) -> StoredResource:
-        async with self.service.resource_lock(resource_type, resource_id):
+        staged = await self._one_write(
+            (resource_type, resource_id),
+            lambda unit: unit.delete(resource_type, resource_id, if_match=if_match))
+        assert staged.result is not None
+        return staged.result
+
+    async def _one_write(self, key: tuple[str, str],
+                         stage: Callable[[FhirUnit], Awaitable[StagedWrite]]) -> StagedWrite:
+        """Stage and commit one write of the resource ``key``, in turn with this process's
+        other writes of it, again (checked again) when another process changed it."""
+        async with self.service.resource_lock(*key):
             for _attempt in range(CONDITION_RETRIES):
                 try:
                     async with self.unit() as unit:
-                        staged = await unit.delete(resource_type, resource_id,
-                                                   if_match=if_match)
+                        staged = await stage(unit)
                         await unit.commit()
                 except ConditionChanged:
                     continue
-                assert staged.result is not None
-                return staged.result
+                return staged
         raise _kept_changing()
 
     async def conditional_delete(self, resource_type: str, criteria: Params

@@ -41,7 +41,7 @@ from platform_api.envelope import (
     pagination,
 )
 from platform_api.events import DEAD_LETTERS
-from platform_api.services import Services
+from platform_api.services import Services, request_services
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 JSON = dict[str, Any]
@@ -74,10 +74,6 @@ class StatusChange(BaseModel):
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorEnvelope} for status in statuses}
-
-
-def _services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
 
 
 async def admin_view(services: Services, user: JSON) -> JSON:
@@ -136,7 +132,7 @@ async def list_users(
     email: str | None = Query(None, max_length=320, description="Part of the address"),
     _: Principal = Depends(require_super_admin),
 ) -> Any:
-    services = _services(request)
+    services = request_services(request)
     found, total = await find_users(services, page, status, role, email)
     return page.respond([await admin_view(services, u) for u in found], total)
 
@@ -151,7 +147,7 @@ async def change_status(user_id: str, body: StatusChange, request: Request,
     auth = auth_service(request)
     await auth.set_user_status(user_id, body.status, actor=principal, reason=body.reason,
                                client=client_info(request))
-    services = _services(request)
+    services = request_services(request)
     user = await services.store.get_document(users.COLLECTION, user_id)
     assert user is not None  # set_user_status answered 404 otherwise
     return ok(await admin_view(services, user))
@@ -220,7 +216,7 @@ async def _rate_limiter(services: Services) -> JSON:
 @router.get("/health", responses=_errors(401, 403),
             summary="System health: store, bus, SMTP, disk, rate limiter (Super Admin)")
 async def health(request: Request, _: Principal = Depends(require_super_admin)) -> Any:
-    services = _services(request)
+    services = request_services(request)
     store, bus, smtp, limiter = await asyncio.gather(
         _store(services), _bus(services), _smtp(services), _rate_limiter(services))
     checks = {"store": store, "bus": bus, "smtp": smtp, "disk": _disk(services),

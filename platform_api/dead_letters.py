@@ -31,7 +31,7 @@ from platform_api.envelope import (
     pagination,
 )
 from platform_api.events import DEAD_LETTERS
-from platform_api.services import Services
+from platform_api.services import request_services
 
 router = APIRouter(prefix="/admin/dlq", tags=["dead letters"])
 
@@ -61,10 +61,6 @@ class DiscardView(BaseModel):
     deleted: bool
 
 
-def _services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
-
-
 def _view(entry: dict[str, Any]) -> dict[str, Any]:
     fields = {k: entry.get(k) for k in DeadLetterView.model_fields}
     return DeadLetterView.model_validate(fields).model_dump()
@@ -76,7 +72,7 @@ async def list_dead_letters(
     topic: str | None = Query(None, description="Only entries of this topic"),
     principal: Principal = Depends(require_platform_admin),
 ) -> Any:
-    store = _services(request).store
+    store = request_services(request).store
     where = {"topic": topic} if topic else None
     entries = await store.find_documents(DEAD_LETTERS, where, limit=page.limit,
                                          offset=page.offset, order_by="created_at")
@@ -88,7 +84,7 @@ async def list_dead_letters(
             summary="Queue depth, alert flag and oldest entry")
 async def depth(request: Request, principal: Principal = Depends(require_platform_admin)
                 ) -> Any:
-    services = _services(request)
+    services = request_services(request)
     store = services.store
     count = await store.count_documents(DEAD_LETTERS)
     oldest = await store.find_documents(DEAD_LETTERS, limit=1, order_by="created_at")
@@ -106,7 +102,7 @@ async def depth(request: Request, principal: Principal = Depends(require_platfor
              summary="Re-deliver a failed event to its handlers")
 async def retry(request: Request, entry_id: str,
                 principal: Principal = Depends(require_platform_admin)) -> Any:
-    services = _services(request)
+    services = request_services(request)
     entry = await services.store.get_document(DEAD_LETTERS, entry_id)
     if entry is None:
         raise not_found("Dead letter")
@@ -128,7 +124,7 @@ async def retry(request: Request, entry_id: str,
                summary="Discard a dead letter permanently")
 async def discard(request: Request, entry_id: str,
                   principal: Principal = Depends(require_platform_admin)) -> Any:
-    store = _services(request).store
+    store = request_services(request).store
     if await store.get_document(DEAD_LETTERS, entry_id) is None:
         raise not_found("Dead letter")
     async with store.unit_of_work() as uow:

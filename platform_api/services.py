@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from starlette.requests import Request
+
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceStore
 from platform_api.settings import Settings
@@ -30,3 +32,8 @@ class Services:
 
 def services_of(app_state: Any) -> Services:
     return app_state.services  # type: ignore[no-any-return]
+
+
+def request_services(request: Request) -> Services:
+    """The app's services, for a route (``services = request_services(request)``)."""
+    return request.app.state.services  # type: ignore[no-any-return]
