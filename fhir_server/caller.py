@@ -45,10 +45,11 @@ from fhir_server.access import (
     permits,
     writable_owners,
 )
+from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
 from fhir_server.ownership import OWNER_SYSTEM, settle_owners, with_owners
 from fhir_server.search.plan import MAX_COUNT, AccessGrant, SearchPlan, TokenCriterion
-from fhir_server.service import MAX_SEARCH_RESULTS, FhirService, new_id
+from fhir_server.service import MAX_SEARCH_RESULTS, FhirService
 from fhir_server.store import (
     Condition,
     ConditionChanged,
@@ -527,8 +528,9 @@ class FhirUnit:
             if any(exc.staged is s for s in self._implied):
                 raise ConditionChanged(f"{exc}: changed while being written") from None
             raise
-        if self._resources:
-            self.service.committed(frozenset(t for t, _id in self._resources))
+        written = [r for r in self._resources.values() if r is not None]
+        if written:
+            self.service.committed(written)
 
 
 __all__ = ["CallerFhir", "FhirUnit", "Staging", "compile_access"]

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, EmailStr, Field
 
 from fhir_server.clock import now_instant
-from fhir_server.service import new_id
+from fhir_server.ids import new_id
 from platform_api.envelope import Envelope, PageEnvelope, Pagination, created, pagination
 from platform_api.facade import ApiContext, Facade, api_context, require_member, staged_body
 from platform_api.policy.roles import ORG_ADMIN

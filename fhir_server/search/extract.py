@@ -50,8 +50,11 @@ Convert = Callable[[str, list[Any], Rows], None]
 _TAG = re.compile(r"<[^>]+>")
 _NAME_PARTS = ("family", "given", "prefix", "suffix", "text")
 _ADDRESS_PARTS = ("line", "city", "district", "state", "postalCode", "country", "text")
+# Not content: identifiers of things, the XHTML, binary data, and the resource's meta
+# (versions, tags, security labels: an owner label's code on every resource filled the
+# full-text index with ids nobody searches for).
 _CONTENT_SKIP = frozenset({"id", "reference", "system", "url", "div", "versionId",
-                           "lastUpdated", "fullUrl", "data", "profile"})
+                           "lastUpdated", "fullUrl", "data", "profile", "meta"})
 
 
 # --- converters: values → rows -----------------------------------------------------------

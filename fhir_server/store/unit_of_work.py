@@ -13,13 +13,13 @@ Documents and events are kept as the rows they become: :class:`StagedDocument` a
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import orjson
 
 from fhir_server.clock import now_instant
+from fhir_server.ids import new_id
 from fhir_server.store.port import (
     JSON,
     Condition,
@@ -66,7 +66,9 @@ class StagedRows:
 
     def emit(self, topic: str, payload: JSON, *, event_id: str | None = None,
              source_service: str = "fhir_server") -> str:
-        event_id = event_id or str(uuid.uuid4())
+        # Time-ordered ids: an outbox insert appends to its index instead of landing on a
+        # random page (the spec asks for a UUID; version 7 is one).
+        event_id = event_id or new_id()
         self.events.append(OutboxEvent(event_id, topic, now_instant(), source_service,
                                        orjson.dumps(payload).decode()))
         return event_id

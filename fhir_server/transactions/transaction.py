@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fhir_server.caller import CallerFhir, FhirUnit
+from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
 from fhir_server.search.plan import SearchPlan
-from fhir_server.service import new_id
 from fhir_server.store import Condition, ConditionChanged, MultipleMatches, StoreError
 from fhir_server.store.port import Staging
 from fhir_server.transactions.entries import (

@@ -20,15 +20,19 @@ as one more type filter (and a patient compartment) of the same grants.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from fhir_server.access import READ
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceStore
 from platform_api.auth.principal import Principal
 from platform_api.policy.grants import PolicyAccess, TypeFilter
 from platform_api.policy.roles import ORG_ROLES
-from platform_api.policy.subject import SUBJECT_TYPES, Subject, SubjectLoader
+from platform_api.policy.subject import SUBJECT_TYPES, USER_SYSTEM, Subject, SubjectLoader
 
 FHIR_DOOR, API_DOOR = "fhir", "api"
+JSON = dict[str, Any]
 
 __all__ = ["API_DOOR", "FHIR_DOOR", "ORG_ROLES", "Policy", "PolicyAccess", "Subject"]
 
@@ -67,10 +71,19 @@ class Policy:
     def membership_changed(self, user_id: str) -> None:
         self.subjects.invalidate(user_id)
 
-    def resources_written(self, types: frozenset[str]) -> None:
-        """Writes committed in this process: a Consent, or a user's Patient or
-        Practitioner record, can change what anyone may see (from the next request)."""
-        if not SUBJECT_TYPES.isdisjoint(types):
-            self.subjects.invalidate()
+    def resources_written(self, resources: Sequence[JSON]) -> None:
+        """Writes committed in this process that change what someone may see, from the
+        next request: a Consent (whoever it names), a user's own Patient or Practitioner
+        record (that user)."""
+        for resource in resources:
+            kind = resource.get("resourceType")
+            if kind == "Consent":
+                self.subjects.invalidate()
+                return
+            if kind in SUBJECT_TYPES:
+                for identifier in resource.get("identifier") or []:
+                    if isinstance(identifier, dict) and identifier.get("system") == \
+                            USER_SYSTEM and isinstance(identifier.get("value"), str):
+                        self.subjects.invalidate(identifier["value"])
 
 

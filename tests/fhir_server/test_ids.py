@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from fhir_server import service
-from fhir_server.service import new_id
+from fhir_server.ids import new_id
 from fhir_server.validation import ID_PATTERN
 
 

@@ -170,3 +170,45 @@ async def test_a_fault_of_the_chain_itself_does_not_hold_the_write_gate(store, c
                            timeout=5)
     assert await store.read_current("Patient", "p12") is not None
     await asyncio.wait_for(store.mark_dispatched([]), timeout=5)  # a maintenance write too
+
+
+async def test_relayed_events_are_marked_by_the_next_batches_not_by_writes_of_their_own(store):
+    """The relay marks what it relayed while writers keep committing: the marks ride on
+    the group commit (a write of their own would stall it), a relayed event is never
+    pending again, and all of them end up marked."""
+    own_writes = 0
+    write = store._write
+
+    async def counting(work, **options):
+        nonlocal own_writes
+        own_writes += 1
+        return await write(work, **options)
+    store._write = counting
+    seen: list[str] = []
+    marks = 0
+    writing = True
+
+    async def writer(n: int) -> None:
+        for i in range(n, 600, 8):
+            await create(store, i, event=True)
+
+    async def relay() -> None:
+        nonlocal marks
+        while writing or await store.pending_events(1):
+            events = await store.pending_events(50)
+            if events:
+                seen.extend(e["id"] for e in events)
+                await store.mark_dispatched([e["id"] for e in events])
+                marks += 1
+            await asyncio.sleep(0)
+
+    relaying = asyncio.create_task(relay())
+    await asyncio.gather(*[writer(n) for n in range(8)])
+    writing = False
+    await relaying
+    assert len(seen) == len(set(seen)) == 600  # every event relayed once
+    assert await store.pending_events(1000) == []
+    assert own_writes < marks / 2, (own_writes, marks)
+    await store.close()
+    await store.open()
+    assert await store.pending_events(1000) == []  # the marks were stored, not only kept
