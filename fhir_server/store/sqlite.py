@@ -552,11 +552,11 @@ class SQLiteStore:
         while the loop goes on)."""
         try:
             conn.execute("BEGIN IMMEDIATE")
-            outcomes, pending = self._apply_batch(conn, batch)
+            outcomes, bulk = self._apply_batch(conn, batch)
             if self._marks:  # after the units: an optimistic batch's restart redoes them
                 self._marking, self._marks = self._marks, []
                 _mark(conn, self._marking)
-            return outcomes, pending.bulk_parameters(conn)
+            return outcomes, bulk
         except BaseException:
             self._rollback(conn)
             self._unmark()
@@ -595,30 +595,33 @@ class SQLiteStore:
             self.notify_outbox()
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: Sequence[_Submitted]
-                     ) -> tuple[list[BaseException | None], _PendingIndex]:
-        """Apply every unit: each unit's error (or None), and the index rows still to
-        insert. Optimistic: units almost never fail, so they run without savepoints (a
-        savepoint journals every page it changes and costs ~0.4 ms to release) and their
-        index rows wait for the end of the batch; when one fails, the batch starts over
-        with a savepoint around each unit, so that one alone rolls back."""
+                     ) -> tuple[list[BaseException | None], Sequence[str | None] | None]:
+        """Apply every unit: each unit's error (or None), and the parameters of the bulk
+        index statement still to run. Optimistic: units almost never fail, so they run
+        without savepoints (a savepoint journals every page it changes and costs ~0.4 ms
+        to release) and their index rows wait for the end of the batch; when anything
+        fails, whatever the step (a version check, a body the JSON encoder refuses, an
+        index row SQLite cannot bind, a callback), the batch starts over with a savepoint
+        around each unit, so that the unit at fault alone rolls back and gets the error:
+        one client's bad write never fails the others committed with it."""
         pending = _PendingIndex()
         try:
             for unit in batch:
                 self._apply_unit(conn, unit, pending)
-            return [None] * len(batch), pending
-        except (StoreError, sqlite3.Error):
+            return [None] * len(batch), pending.bulk_parameters(conn)
+        except Exception:
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             for unit in batch:
                 reset(unit.writes)
-        return [self._apply_savepoint(conn, unit) for unit in batch], _PendingIndex()
+        return [self._apply_savepoint(conn, unit) for unit in batch], None
 
     def _apply_savepoint(self, conn: sqlite3.Connection, unit: _Submitted
                          ) -> BaseException | None:
         conn.execute("SAVEPOINT unit")
         try:
             self._apply_unit(conn, unit)
-        except (StoreError, sqlite3.Error) as exc:
+        except Exception as exc:
             conn.execute("ROLLBACK TO unit")
             conn.execute("RELEASE unit")
             reset(unit.writes)
