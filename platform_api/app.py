@@ -37,6 +37,7 @@ from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import EventBus
 from platform_api.housekeeping import Housekeeping
+from platform_api.json_limits import JsonLimitMiddleware, JsonLimits
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.policy import FHIR_DOOR, Policy
 from platform_api.services import Services
@@ -276,7 +277,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
-    # → access table (401/403/429) → routes.
+    # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
+    app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
+                                                              settings.max_json_elements))
     app.add_middleware(AccessMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.request_context = RequestContextMiddleware(app.route, access_log=settings.access_log)
