@@ -244,6 +244,44 @@ async def test_patch_with_json_patch(client, h):
     assert bad_path.status_code == 422
 
 
+async def test_no_wrongly_shaped_resource_is_stored_by_create_update_or_transaction(
+        client, h):
+    from tests.fhir_server.test_validation import WRONG_SHAPES
+
+    for resource, element in WRONG_SHAPES:
+        kind = resource["resourceType"]
+        created = await client.post(f"/fhir/{kind}", json=resource, headers=h)
+        assert created.status_code == 400, (element, created.text)
+        assert element in str(created.json()), element
+        updated = await client.put(f"/fhir/{kind}/wrong-shape", headers=h,
+                                   json={**resource, "id": "wrong-shape"})
+        assert updated.status_code == 400, (element, updated.text)
+        bundled = await client.post("/fhir", headers=h, json={
+            "resourceType": "Bundle", "type": "transaction", "entry": [
+                {"resource": amina(), "request": {"method": "POST", "url": "Patient"}},
+                {"resource": resource, "request": {"method": "POST", "url": kind}}]})
+        assert bundled.status_code == 400, (element, bundled.text)
+        assert "Bundle.entry[1]" in str(bundled.json())
+    for kind in ("Observation", "Patient"):
+        search = await client.get(f"/fhir/{kind}?_total=accurate", headers=h)
+        assert search.json().get("total") == 0, (kind, search.text[:300])
+
+
+async def test_a_patch_whose_result_has_a_wrong_shape_is_refused(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    for patch in ([{"op": "replace", "path": "/name/0", "value": ["Amina", "Odhiambo"]}],
+                  [{"op": "add", "path": "/extension", "value": [1]}],
+                  [{"op": "replace", "path": "/telecom", "value": ["+254712345678"]}],
+                  [{"op": "add", "path": "/managingOrganization", "value": None}]):
+        response = await client.patch(
+            url, json=patch, headers={**h, "Content-Type": "application/json-patch+json"})
+        assert response.status_code == 400, (patch, response.text)
+    current = await client.get(url, headers=h)
+    assert current.json()["meta"]["versionId"] == "1"
+    assert current.json()["name"] == amina()["name"]
+
+
 async def test_delete_then_read_is_410_and_history_keeps_it(client, h):
     created = (await create(client, h)).json()
     url = f"/fhir/Patient/{created['id']}"
