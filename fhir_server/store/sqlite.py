@@ -240,6 +240,9 @@ def _upgrade_index_schema(conn: sqlite3.Connection) -> bool:
     return has_data
 
 
+_MAX_INTEGER = 2**63 - 1  # SQLite's largest: no version, rid or seq goes beyond
+
+
 def now_instant() -> str:
     """The current time as a FHIR instant in UTC with microseconds (sortable as text)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -429,7 +432,7 @@ class SQLiteStore:
             "SELECT type, id, version, last_updated, deleted, body, method FROM versions "
             "WHERE type = ? AND id = ? AND version = ?",
             (resource_type, id, version),
-        ).fetchone()
+        ).fetchone() if 0 < version <= _MAX_INTEGER else None
         if row is None:
             raise ResourceNotFound(resource_type, id, str(version))
         stored = _stored(row)

@@ -133,7 +133,7 @@ class Transaction:
                                           base_url=self.base_url)
                 elif (entry.resource_type, entry.resource_id) not in written:
                     version = int(entry.version) if entry.version and \
-                        entry.version.isdigit() else None
+                        entry.version.isdecimal() else None
                     await self.fhir.read(entry.resource_type, entry.resource_id, version)
             except (FhirError, StoreError) as exc:
                 raise entry.fail(exc) from None

@@ -282,6 +282,25 @@ async def test_a_patch_whose_result_has_a_wrong_shape_is_refused(client, h):
     assert current.json()["name"] == amina()["name"]
 
 
+async def test_numbers_beyond_the_stores_integers_are_400_or_404_not_500(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    for version in ("9223372036854775808", "99999999999999999999999", "0", "\u00b2"):
+        response = await client.get(f"{url}/_history/{version}", headers=h)
+        assert response.status_code == 404, (version, response.text)
+    for query in ("_cursor=9223372036854775808", "_count=\u00b2", "_cursor=-1"):
+        response = await client.get(f"{url}/_history?{query}", headers=h)
+        assert response.status_code == 400, (query, response.text)
+    search = await client.get("/fhir/Patient?_count=\u00b2", headers=h)
+    assert search.status_code == 400
+    bundled = await client.post("/fhir", headers=h, json={
+        "resourceType": "Bundle", "type": "batch", "entry": [
+            {"request": {"method": "GET", "url": f"Patient/{created['id']}/_history/"
+                                                 "9223372036854775808"}}]})
+    assert bundled.status_code == 200
+    assert bundled.json()["entry"][0]["response"]["status"].startswith("404")
+
+
 async def test_delete_then_read_is_410_and_history_keeps_it(client, h):
     created = (await create(client, h)).json()
     url = f"/fhir/Patient/{created['id']}"
