@@ -301,6 +301,30 @@ async def test_numbers_beyond_the_stores_integers_are_400_or_404_not_500(client,
     assert bundled.json()["entry"][0]["response"]["status"].startswith("404")
 
 
+async def test_a_large_resource_is_validated_and_indexed_off_the_event_loop(app, client, h):
+    """A resource of hundreds of KB costs tens of ms to index (seconds for megabytes):
+    that work runs in a worker thread, so the event loop serves the other requests."""
+    import threading
+
+    service = app.state.services.fhir
+    indexer, where = service.indexer, []
+
+    def recording(resource):
+        where.append((len(resource.get("name", [])), threading.current_thread().name))
+        return indexer(resource)
+
+    service.indexer = recording
+    names = [{"family": f"Ochieng{i}", "given": ["Baraka"]} for i in range(3000)]
+    large = await client.post("/fhir/Patient", json={**amina(), "name": names}, headers=h)
+    small = await client.post("/fhir/Patient", json=amina(), headers=h)
+    assert large.status_code == small.status_code == 201
+    main = threading.current_thread().name
+    assert where[0][0] == 3000 and where[0][1] != main
+    assert where[1] == (1, main)
+    found = await client.get("/fhir/Patient?family=Ochieng2999", headers=h)
+    assert [e["resource"]["id"] for e in found.json()["entry"]] == [large.json()["id"]]
+
+
 async def test_delete_then_read_is_410_and_history_keeps_it(client, h):
     created = (await create(client, h)).json()
     url = f"/fhir/Patient/{created['id']}"
