@@ -45,6 +45,7 @@ from platform_api.access_rules import OPERATIONS
 from platform_api.audit import NO_CLIENT, ClientInfo
 from platform_api.auth.errors import missing_token
 from platform_api.auth.principal import APP_ADMIN, SUPER_ADMIN, Principal
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, forbidden
 from platform_api.rate_limit import Decision, MemoryLimiter, rate_limited
 from platform_api.refusals import refusal_response
@@ -423,8 +424,7 @@ class AccessMiddleware:
             state = scope["state"] = {}
         state["access_rule"] = rule  # authenticate_request reads it (API keys, see there)
         auth = self._auth or self._bind(scope["app"])
-        client = scope.get("client")
-        ip = client[0] if client else "unknown"
+        ip = client_origin(scope).address or "unknown"
         if rule.access == PUBLIC or rule.access == WEBHOOK:
             return await self._spend(auth, rule.limit, "ip:" + ip)
         credentials = _credentials(scope)
