@@ -2,7 +2,7 @@
 login, referral codes; the MFA routes are in ``mfa_routes`` and included here.
 
 Every answer is the /api envelope; refusals are ``ApiError`` with these codes:
-``EMAIL_TAKEN`` 409, ``INVALID_CREDENTIALS`` 401, ``ACCOUNT_SUSPENDED`` 403,
+``INVALID_CREDENTIALS`` 401, ``ACCOUNT_SUSPENDED`` 403,
 ``INVALID_REFRESH_TOKEN`` / ``REFRESH_TOKEN_REUSED`` 401, ``UNAUTHORIZED`` /
 ``INVALID_TOKEN`` / ``TOKEN_EXPIRED`` 401, ``INVALID_RESET_TOKEN`` /
 ``INVALID_VERIFICATION_TOKEN`` 400, ``INVALID_ID_TOKEN`` 401, ``EMAIL_NOT_VERIFIED``
@@ -71,8 +71,9 @@ def login_answer(result: LoginResult | MfaRequired) -> JSONResponse:
     "/register",
     status_code=201,
     response_model=Envelope[User],
-    responses=errors(409, 422, 429),
-    summary="Register a user (a verification e-mail follows)",
+    responses=errors(422, 429),
+    summary="Register a user (a verification e-mail follows; an address already "
+            "registered gets the same answer, and its owner an e-mail)",
 )
 async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     user = await auth_service(request).register(

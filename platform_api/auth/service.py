@@ -265,13 +265,16 @@ class AuthService:
     ) -> JSON:
         """Create an account and emit ``platform.auth.user_created``; returns the User.
 
-        A verification e-mail goes out after the response (see ``recovery``)."""
+        A verification e-mail goes out after the response (see ``recovery``). An address
+        that already has an account gets the same answer (a User that is not stored), and
+        its owner an e-mail saying someone tried: the answer does not tell who is
+        registered (login and password reset do not either). The password is hashed in
+        both cases, so the time taken does not tell it either."""
         users.check_email(email)
-        users.check_password(password)
+        users.check_password(password, self.password_context(
+            {"email": email, "first_name": first_name, "last_name": last_name}))
         users.check_registration_role(registration_role)
         referrer = await self.referrer(referral_code)
-        if await self.find_user_by_email(email) is not None:
-            raise email_taken()
         user = users.new_user(
             email=email,
             password_hash=await self.passwords.hash_async(password),
@@ -280,9 +283,27 @@ class AuthService:
             registration_role=registration_role,
             referred_by=referrer["id"] if referrer else None,
         )
-        await self.insert_user(user)
-        self.emails.send_verification_later(user)
+        existing = await self.find_user_by_email(email)
+        created = False
+        if existing is None:
+            try:
+                await self.insert_user(user)
+                created = True
+            except ApiError as refused:
+                if refused.code != "EMAIL_TAKEN":
+                    raise
+                existing = await self.find_user_by_email(email)  # registered meanwhile
+        if created:
+            self.emails.send_verification_later(user)
+        elif existing is not None:
+            self.emails.send_registration_notice_later(existing)
         return users.public_user(user)
+
+    def password_context(self, user: JSON) -> list[str]:
+        """What a user's password must not be made of: their e-mail address and names,
+        and this service's name (``password_policy``)."""
+        return [str(user.get(field) or "") for field in ("email", "first_name", "last_name")
+                ] + [self.settings.service_name]
 
     async def referrer(self, referral_code: str | None) -> JSON | None:
         if referral_code is None:
@@ -315,7 +336,9 @@ class AuthService:
             return users.account_view(await self._save_user({**existing, "roles": roles})), False
         user = users.new_user(
             email=email,
-            password_hash=await self.passwords.hash_async(users.check_password(password)),
+            password_hash=await self.passwords.hash_async(users.check_password(
+                password, self.password_context({"email": email, "first_name": first_name,
+                                                 "last_name": last_name}))),
             first_name=first_name,
             last_name=last_name,
             registration_role=users.ADMIN_REGISTRATION_ROLE,
