@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -313,7 +314,7 @@ class SQLiteStore:
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self) -> None:
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _private_files(Path(self.path))
         conn = _connect(self.path, self.cache_mb)
         await _switch_to_wal(conn)
         conn.executescript(_SCHEMA)
@@ -1027,6 +1028,29 @@ def _mark(conn: sqlite3.Connection, event_ids: Sequence[str]) -> None:
     if event_ids:
         conn.execute("UPDATE outbox SET dispatched = 1 WHERE id IN "
                      "(SELECT value FROM json_each(?))", (orjson.dumps(list(event_ids)).decode(),))
+
+
+def _private_files(path: Path) -> None:
+    """Health data is for the service's user alone: the store's directory is made 0700
+    when it is made here (one that exists is left as it is, with a warning when others
+    may read it: it may be shared on purpose, and is not ours to change), and the
+    database file 0600 before SQLite first opens it, so that its WAL and shared-memory
+    files, which SQLite gives the database file's mode, are 0600 too (SQLite's default
+    is 0644). The files of a store made before this are narrowed to 0600."""
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    elif directory.stat().st_mode & 0o077:
+        log.warning("the store's directory %s may be read by other users; chmod 700 it",
+                    directory)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if name.stat().st_mode & 0o077:
+                name.chmod(0o600)
+                log.warning("%s could be read by other users: narrowed to 0600", name)
+        except FileNotFoundError:
+            continue
 
 
 def _connect(path: str, cache_mb: int) -> sqlite3.Connection:

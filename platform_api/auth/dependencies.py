@@ -20,6 +20,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from platform_api.audit import ClientInfo
+from platform_api.auth.devices import COOKIE, KnownDevice
 from platform_api.auth.errors import missing_token
 from platform_api.auth.principal import Principal
 from platform_api.auth.service import AuthService
@@ -63,6 +64,11 @@ def client_info(request: Request) -> ClientInfo:
     """The caller's address (:func:`platform_api.client_origin.client_origin`) and user
     agent, for the audit trail."""
     return ClientInfo(client_origin(request.scope).address, request.headers.get("user-agent"))
+
+
+def known_device(request: Request) -> KnownDevice | None:
+    """The device a sign-in request comes from, by its ``hp_device`` cookie."""
+    return auth_service(request).devices.read(request.cookies.get(COOKIE))
 
 
 async def authenticate_request(request: Request) -> Principal:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from platform_api.audit import AuditRecord, ClientInfo
 from platform_api.auth import users
+from platform_api.auth.devices import KnownDevice
 from platform_api.auth.one_time import (
     EMAIL_VERIFICATION,
     PASSWORD_RESET,
@@ -143,7 +144,8 @@ class AccountEmails:
             "Resetting signs you out everywhere. If you did not ask for this, ignore this "
             "message: your password stays as it is.")
 
-    async def reset_password(self, token: str, password: str, client: ClientInfo) -> None:
+    async def reset_password(self, token: str, password: str, client: ClientInfo,
+                             device: KnownDevice | None = None) -> None:
         users.check_password(password)
         doc = await self.auth.one_time.find(PASSWORD_RESET, token)
         user = await self.auth.store.get_document(users.COLLECTION, doc["user_id"])
@@ -163,7 +165,7 @@ class AccountEmails:
             await commit_use(uow, PASSWORD_RESET)
         self.auth.invalidate_user(user["id"])
         await self.auth.revoke_sessions(user["id"], "password reset")
-        await self.auth.limiter.reset("login_failure", f"account:{user['email']}")
+        await self.auth.password_reset(user, device)
 
     async def _new_token(self, purpose: Purpose, user: JSON, ttl: int) -> str:
         async with self.auth.store.unit_of_work() as uow:

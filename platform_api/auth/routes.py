@@ -25,6 +25,7 @@ from platform_api.auth.dependencies import (
     bearer_token,
     client_info,
     current_principal,
+    known_device,
 )
 from platform_api.auth.errors import invalid_token, missing_token, validation_error
 from platform_api.auth.mfa_routes import router as mfa_router
@@ -44,6 +45,7 @@ from platform_api.auth.schemas import (
     SocialLoginRequest,
     User,
     VerifyEmailRequest,
+    session_answer,
     session_data,
 )
 from platform_api.auth.service import LoginResult, MfaRequired
@@ -60,11 +62,11 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorEnvelope} for status in statuses}
 
 
-def login_answer(result: LoginResult | MfaRequired) -> JSONResponse:
+def login_answer(result: LoginResult | MfaRequired, request: Request) -> JSONResponse:
     if isinstance(result, MfaRequired):
         return ok(MfaPending(mfa_token=result.mfa_token, expires_in=result.expires_in)
                   .model_dump(), headers=NO_STORE)
-    return ok(session_data(result), headers=NO_STORE)
+    return session_answer(result, request)
 
 
 @router.post(
@@ -95,8 +97,9 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     summary="Authenticate: a token pair, or an MFA challenge when the account has MFA",
 )
 async def login(body: LoginRequest, request: Request) -> JSONResponse:
-    result = await auth_service(request).login(body.email, body.password, client_info(request))
-    return login_answer(result)
+    result = await auth_service(request).login(body.email, body.password, client_info(request),
+                                               known_device(request))
+    return login_answer(result, request)
 
 
 @router.post(
@@ -174,7 +177,8 @@ async def forgot_password(body: ForgotPasswordRequest, request: Request) -> JSON
 )
 async def reset_password(body: ResetPasswordRequest, request: Request) -> JSONResponse:
     await auth_service(request).emails.reset_password(body.token, body.password,
-                                                      client_info(request))
+                                                      client_info(request),
+                                                      known_device(request))
     return ok(Accepted(message="Password changed; log in with the new password.")
               .model_dump())
 
@@ -187,9 +191,9 @@ async def reset_password(body: ResetPasswordRequest, request: Request) -> JSONRe
 )
 async def social_login(body: SocialLoginRequest, request: Request) -> JSONResponse:
     result = await auth_service(request).social.login(
-        body.provider, body.id_token, body.nonce, body.referral_code, client_info(request)
-    )
-    return login_answer(result)
+        body.provider, body.id_token, body.nonce, body.referral_code, client_info(request),
+        known_device(request))
+    return login_answer(result, request)
 
 
 @router.get(
