@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     trusted_proxies: list[str] = Field(
         default_factory=list, description="Addresses or networks (CIDR) of the reverse proxies "
         "whose X-Forwarded-For / X-Forwarded-Proto are believed; empty: none")
+    hl7_max_segments: int = Field(default=10_000, ge=1, description="HL7v2 messages with "
+                                  "more segments are refused (AR) before they are mapped")
     cors_origins: list[str] = Field(
         default_factory=list, description="Origins (https://app.example.org) of the browser "
         "apps allowed to call /api and /fhir; discovery is open to any origin")
