@@ -14,15 +14,17 @@ hundreds of thousands of elements (one Patient with 210,000 names) is valid but 
 seconds of validation and indexing. No FHIR resource needs either: the deepest real ones
 (nested Questionnaire items inside a Bundle) stay well within 100 levels.
 
-The check costs a few ``bytes.count`` calls for an ordinary body: the number of ``{``
-and ``[`` bounds the depth from above, and with the commas the number of elements. Only
-a body beyond one of those bounds is measured exactly, strings left out (a ``{`` in a
-string opens nothing).
+The check costs a few ``bytes.count`` calls for an ordinary body: the ``{``, ``[`` and
+commas bound the number of elements from above (a comma inside a string counts too: only
+a body of hundreds of thousands of values comes near the bound) and the brackets bound
+the depth. Only a body with more brackets than the depth allows is measured exactly,
+strings left out (a ``[`` in a narrative opens nothing), and a large one in a worker
+thread, so that the event loop keeps serving the other requests meanwhile.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -35,8 +37,8 @@ DEFAULT_MAX_DEPTH = 100
 DEFAULT_MAX_ELEMENTS = 200_000
 
 WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
-# A JSON string, escapes included (the unrolled form: linear, no backtracking).
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Bodies larger than this are measured in a worker thread (tens of ms a megabyte here).
+OFFLOAD_BYTES = 256 * 1024
 # The nesting step of each byte: +1 opens, -1 closes, 0 otherwise.
 _STEP = [0] * 256
 _STEP[ord("{")] = _STEP[ord("[")] = 1
@@ -65,23 +67,29 @@ def check_json_text(raw: bytes, limits: JsonLimits) -> None:
     """Raise :class:`JsonLimitExceeded` when ``raw`` (JSON text, valid or not) nests
     deeper or holds more elements than ``limits`` allow."""
     containers = raw.count(b"{") + raw.count(b"[")
-    if containers <= limits.max_depth and \
-            containers + raw.count(b",") + 1 <= limits.max_elements:
-        return  # upper bounds of both are within the limits: nothing to measure
-    text = _STRING.sub(b'""', raw)
-    elements = text.count(b"{") + text.count(b"[") + text.count(b",") + 1
+    elements = containers + raw.count(b",") + 1
     if elements > limits.max_elements:
         raise JsonLimitExceeded(
             413, "PAYLOAD_TOO_LARGE",
             f"The JSON body holds about {elements:,} elements (object members and array "
             f"items); the limit is {limits.max_elements:,} (HEALTHPLATFORM_MAX_JSON_ELEMENTS)")
-    brackets = text.translate(None, _NOT_BRACKETS)
+    if containers <= limits.max_depth:
+        return  # not enough brackets to nest that deep
+    brackets = _outside_strings(raw).translate(None, _NOT_BRACKETS)
     depth = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
     if depth > limits.max_depth:
         raise JsonLimitExceeded(
             400, "JSON_TOO_DEEP",
             f"The JSON body nests {depth} levels deep; the limit is {limits.max_depth} "
             "(HEALTHPLATFORM_MAX_JSON_DEPTH)")
+
+
+def _outside_strings(raw: bytes) -> bytes:
+    """The text between JSON strings. Escaped characters go first (a ``\\"`` closes
+    nothing); every quote left then opens or closes a string, so the pieces between
+    them are outside and inside strings in turn."""
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(unescaped.split(b'"')[0::2])
 
 
 def _is_json(scope: Scope) -> bool:
@@ -106,7 +114,10 @@ class JsonLimitMiddleware:
             return
         body, complete = await _read_body(receive)
         try:
-            check_json_text(body, self.limits)
+            if len(body) > OFFLOAD_BYTES:
+                await asyncio.to_thread(check_json_text, body, self.limits)
+            else:
+                check_json_text(body, self.limits)
         except JsonLimitExceeded as exc:
             refusal = ApiError(exc.status, exc.code, str(exc))
             await refusal_response(scope["path"], refusal)(scope, receive, send)
