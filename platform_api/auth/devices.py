@@ -46,8 +46,9 @@ class DeviceCookies:
         """The device a cookie value names; None when absent, forged or too old."""
         if not value:
             return None
+        value = value.strip('"')  # a client may send it back quoted
         try:
-            data = orjson.loads(self._box.open(value, _CONTEXT))
+            data = orjson.loads(self._box.open(value + "=" * (-len(value) % 4), _CONTEXT))
             issued, device, users = float(data["t"]), str(data["d"]), data["u"]
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             return None
@@ -60,8 +61,11 @@ class DeviceCookies:
         None)."""
         device_id = device.id if device is not None else os.urandom(16).hex()
         users = [user_id, *(u for u in (device.users if device else ()) if u != user_id)]
-        return self._box.seal(orjson.dumps(
+        sealed = self._box.seal(orjson.dumps(
             {"d": device_id, "u": users[:MAX_ACCOUNTS], "t": time.time()}).decode(), _CONTEXT)
+        # Without base64 padding: "=" is no cookie character, and a quoted value is one
+        # more thing for clients to get wrong.
+        return sealed.rstrip("=")
 
 
 def cookie_value(headers: Any) -> str | None:

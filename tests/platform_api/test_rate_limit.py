@@ -384,3 +384,24 @@ async def test_memory_backoff_waits_and_forgives() -> None:
     await limiter.forgive("ip:203.0.113.9")
     await limiter.forgive("ip:203.0.113.9")
     assert (await limiter.attempt(backoff, "ip:203.0.113.9")).allowed
+
+
+async def test_the_device_cookie_is_http_only_strict_and_secure_over_https(
+        tmp_path: Path) -> None:
+    async with running(tmp_path) as (app, client):
+        amina = await register_and_login(client)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport,
+                                     base_url="https://clinic.example.org") as secure:
+            login = await secure.post("/api/auth/login", json={
+                "email": amina["user"]["email"], "password": PASSWORD})
+        cookie = login.headers["set-cookie"]
+        assert cookie.startswith("hp_device=")
+        for attribute in ("HttpOnly", "Path=/api/auth", "SameSite=strict", "Secure",
+                          "Max-Age=15552000"):
+            assert attribute in cookie, attribute
+        plain = await client.post("/api/auth/login", json={
+            "email": amina["user"]["email"], "password": PASSWORD})
+        assert "Secure" not in plain.headers["set-cookie"]
+        device = app.state.services.auth.devices.read(login.cookies["hp_device"])
+        assert device is not None and device.knows(amina["user"]["id"])
