@@ -81,14 +81,24 @@ class SecurityHeadersMiddleware:
 
     def _headers(self, status: int, headers: list[tuple[bytes, bytes]], private: bool
                  ) -> list[tuple[bytes, bytes]]:
-        names = {name.lower(): value for name, value in headers}
+        # ASGI header names are lower case (Starlette's responses write them so).
+        cached = html = policy = closing = False
+        for name, value in headers:
+            if name == b"cache-control":
+                cached = True
+            elif name == b"content-type":
+                html = value.startswith(b"text/html")
+            elif name == b"content-security-policy":
+                policy = True
+            elif name == b"connection":
+                closing = True
         headers.append(NOSNIFF)
-        if private and b"cache-control" not in names:
+        if private and not cached:
             headers.append(NO_STORE)
-        if names.get(b"content-type", b"").startswith(b"text/html"):
-            if b"content-security-policy" not in names:
+        if html:
+            if not policy:
                 headers.append(self.html_policy)
             headers.append(FRAME_DENY)
-        if status == 500 and b"connection" not in names:
+        if status == 500 and not closing:
             headers.append(CLOSE)
         return headers
