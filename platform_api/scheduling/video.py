@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 from livekit import api as livekit
+from livekit.api.room_service import RoomService
 
 from platform_api.envelope import ApiError
 from platform_api.services import Services
@@ -64,12 +65,12 @@ class VideoPlatform:
                            "(HEALTHPLATFORM_VIDEO_URL, _VIDEO_API_KEY, _VIDEO_API_SECRET)")
 
     @asynccontextmanager
-    async def _rooms(self) -> AsyncIterator[livekit.RoomService]:
+    async def _rooms(self) -> AsyncIterator[RoomService]:
         self.require()
         timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             try:
-                yield livekit.RoomService(session, self.url, self.api_key, self.api_secret,
+                yield RoomService(session, self.url, self.api_key, self.api_secret,
                                           failover=False)
             except livekit.ServerError as exc:
                 raise VideoPlatformError(f"The video platform refused: {exc.code}: "
