@@ -39,10 +39,6 @@ from platform_api.scheduling.slots import BUSY
 LONGEST_SLOT = timedelta(minutes=480)  # the schedules' slot_minutes bound
 
 
-class SlotUnavailable(Exception):
-    """The time is not bookable as asked (409 SLOT_UNAVAILABLE)."""
-
-
 def unavailable(message: str = "This time is not free; choose another from the "
                 "availability") -> Exception:
     return conflict("SLOT_UNAVAILABLE", message)

@@ -230,18 +230,6 @@ async def create_request(body: RequestCreate, ctx: ApiContext = Depends(api_cont
 requests.mount(router, "/api/appointment-requests", ops=("list",))
 
 
-def _decided(status: str, comment: str | None = None) -> Any:
-    """Stage the resource's AppointmentResponse with the request's move."""
-    async def respond(fhir: CallerFhir, unit: FhirUnit, changed: JSON) -> None:
-        actor_ref = next((p for p in changed.get("participant") or []
-                          if not (p.get("actor") or {}).get("reference", "").startswith(
-                              "Patient/")), {}).get("actor") or {}
-        await unit.create(response_resource(changed, {"resourceType": actor_ref.get(
-            "reference", "/").split("/")[0], "id": actor_ref.get("reference", "/").split(
-            "/")[1]}, status, comment=comment))
-    return respond
-
-
 @requests.route("POST", "/{resource_id}/approve", body=ApproveRequest,
                 summary="Approve a request: its time is booked (409 when no longer free)")
 async def approve(ctx: ItemContext[ApproveRequest]) -> JSON:

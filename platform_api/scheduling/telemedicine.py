@@ -152,8 +152,8 @@ def session_view(encounter: JSON, **extra: Any) -> JSON:
         session_id=encounter["id"],
         appointment_id=local_id((encounter.get("appointment") or [{}])[0], "Appointment"),
         room_name=room_of(encounter), status=encounter["status"],
-        started_at=period.get("start"), ended_at=period.get("end"),
-        participants=participant_views(encounter)).model_dump(), **extra}
+        started_at=period.get("start"), ended_at=period.get("end")).model_dump(),
+        "participants": participant_views(encounter), **extra}
 
 
 def new_encounter(appointment: JSON, room: str) -> JSON:

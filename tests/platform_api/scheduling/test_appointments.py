@@ -360,7 +360,7 @@ async def test_events_carry_the_booking_the_move_and_the_cancellation(client, cl
 
 
 async def test_who_may_see_and_change_appointments(client, clinic, other_clinic) -> None:
-    doctor_id, day, headers = clinic["doctor"]["id"], tomorrow(), clinic["admin"]["headers"]
+    doctor_id, day = clinic["doctor"]["id"], tomorrow()
     made = data(await client.post("/api/appointments", json=booking(doctor_id, day)), 201)
     url = f"/api/appointments/{made['id']}"
     for who in ("doctor_user", "nurse", "receptionist"):
