@@ -552,10 +552,9 @@ async def availability(resource_id: Annotated[str, Query(min_length=1, max_lengt
     start, end = day_bounds(day, tz)
     found: list[JSON] = []
     if is_active(actor) and end > now_utc():
-        found = await system_fhir(ctx.services).search("Slot", [
-            ("schedule.actor", reference(actor)), ("status", "free"),
-            ("start", f"ge{instant(max(start, now_utc()))}"), ("start", f"lt{instant(end)}"),
-            ("_sort", "start")])
+        found = await booking.resource_slots(system_fhir(ctx.services), actor, [
+            ("status", "free"), ("start", f"ge{instant(max(start, now_utc()))}"),
+            ("start", f"lt{instant(end)}"), ("_sort", "start")])
     return ok(AvailabilityView(
         resource_id=actor["id"], resource_name=display_name(actor), date=day.isoformat(),
         time_zone=tz_name, slots=[SlotView(

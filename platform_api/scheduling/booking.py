@@ -44,12 +44,23 @@ def unavailable(message: str = "This time is not free; choose another from the "
     return conflict("SLOT_UNAVAILABLE", message)
 
 
+async def resource_slots(fhir: CallerFhir, actor: JSON, criteria: list[tuple[str, str]]
+                         ) -> list[JSON]:
+    """The Slots of the resource's schedules matching ``criteria``: the schedules first,
+    then their Slots by reference (the chain ``schedule.actor`` asked the same in one
+    search, 30 times slower: 72 ms against 2 on 20 resources' month of Slots)."""
+    schedules = await fhir.match_ids("Schedule", [("actor", reference(actor))], limit=100)
+    if not schedules:
+        return []
+    return await fhir.search("Slot", [
+        ("schedule", ",".join(f"Schedule/{s}" for s in schedules)), *criteria])
+
+
 async def overlapping_slots(fhir: CallerFhir, actor: JSON, start: datetime, end: datetime
                             ) -> list[JSON]:
-    """The resource's Slots overlapping ``[start, end)`` (one search: the Slots of its
-    schedules starting in the window a slot could overlap it from)."""
-    found = await fhir.search("Slot", [
-        ("schedule.actor", reference(actor)),
+    """The resource's Slots overlapping ``[start, end)`` (those starting in the window a
+    slot could overlap it from)."""
+    found = await resource_slots(fhir, actor, [
         ("start", f"ge{instant(start - LONGEST_SLOT)}"), ("start", f"lt{instant(end)}"),
         ("_sort", "start")])
     return [s for s in found if parse_instant(s["end"]) > start]
@@ -109,5 +120,5 @@ def slot_references(slots: Sequence[JSON]) -> list[JSON]:
     return [{"reference": f"Slot/{s['id']}"} for s in slots]
 
 
-__all__ = ["exact_run", "free_time", "overlapping_slots", "release", "slot_references",
+__all__ = ["exact_run", "resource_slots", "free_time", "overlapping_slots", "release", "slot_references",
            "take", "unavailable"]

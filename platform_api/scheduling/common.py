@@ -16,8 +16,10 @@ resource.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AfterValidator
 
 from fhir_server.access import SYSTEM, permits
 from fhir_server.caller import CallerFhir
@@ -82,6 +84,10 @@ def zone(name: str) -> ZoneInfo:
 def valid_zone(name: str) -> str:
     zone(name)
     return name
+
+
+# A payload field holding an IANA time zone (422 naming the field when unknown).
+TimeZone = Annotated[str, AfterValidator(valid_zone)]
 
 
 def instant(moment: datetime) -> str:

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from fhir_server.access import DELETE
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found
@@ -50,6 +50,7 @@ from platform_api.scheduling.common import (
     RESOURCE_TAG,
     TIME_ZONE_EXTENSION,
     USER_SYSTEM,
+    TimeZone,
     instant,
     now_utc,
     organization_of,
@@ -58,7 +59,6 @@ from platform_api.scheduling.common import (
     require_may,
     system_fhir,
     tag_codes,
-    valid_zone,
     version_of,
     with_tag,
 )
@@ -91,8 +91,8 @@ class ResourceCreate(BaseModel):
     type: Kind = Field(examples=["doctor"])
     name: str = Field(min_length=1, max_length=200, examples=["Dr. Wanjiru Kamau"])
     organization_id: str = Field(min_length=1, max_length=64)
-    time_zone: str = Field(default="UTC", examples=["Africa/Nairobi"],
-                           description="IANA time zone of the resource")
+    time_zone: TimeZone = Field(default="UTC", examples=["Africa/Nairobi"],
+                                description="IANA time zone of the resource")
     description: str | None = Field(default=None, max_length=2000,
                                     examples=["General practice, antenatal care"])
     user_id: str | None = Field(default=None, max_length=64,
@@ -102,23 +102,13 @@ class ResourceCreate(BaseModel):
                                         "the organization to make schedulable")
     active: bool = True
 
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        return valid_zone(value)
-
 
 class ResourceUpdate(BaseModel):
     name: str | None = Field(default=None, min_length=1, max_length=200)
-    time_zone: str | None = None
+    time_zone: TimeZone | None = None
     description: str | None = Field(default=None, max_length=2000)
     user_id: str | None = Field(default=None, max_length=64)
     active: bool | None = None
-
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, value: str | None) -> str | None:
-        return None if value is None else valid_zone(value)
 
 
 class ResourceView(BaseModel):

@@ -48,6 +48,7 @@ from platform_api.scheduling import slots
 from platform_api.scheduling.common import (
     CONFLICT_TAG,
     JSON,
+    TimeZone,
     instant,
     local_id,
     now_utc,
@@ -56,7 +57,6 @@ from platform_api.scheduling.common import (
     reference,
     require_may,
     system_fhir,
-    valid_zone,
     version_of,
     zone,
 )
@@ -96,8 +96,8 @@ class ScheduleFields(BaseModel):
     name: str | None = Field(default=None, max_length=200, examples=["Weekday clinic"])
     service_type: str | None = Field(default=None, max_length=200,
                                      examples=["General consultation"])
-    time_zone: str | None = Field(default=None, examples=["Africa/Nairobi"],
-                                  description="IANA zone; default: the resource's")
+    time_zone: TimeZone | None = Field(default=None, examples=["Africa/Nairobi"],
+                                       description="IANA zone; default: the resource's")
     slot_minutes: int | None = Field(default=None, ge=5, le=480, examples=[30])
     buffer_minutes: int | None = Field(default=None, ge=0, le=240, examples=[5])
     horizon_days: int | None = Field(default=None, ge=1, le=366,
@@ -108,11 +108,6 @@ class ScheduleFields(BaseModel):
     valid_from: date | None = None
     valid_until: date | None = None
     active: bool | None = None
-
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, value: str | None) -> str | None:
-        return None if value is None else valid_zone(value)
 
 
 class ScheduleCreate(ScheduleFields):

@@ -4,14 +4,19 @@ ahead), and helpers for times in the clinic's zone."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
+from platform_api.app import create_app
 from platform_api.policy.roles import ORG_DOCTOR, ORG_NURSE, ORG_RECEPTIONIST
+from platform_api.settings import Settings
 from tests.conftest import add_member, make_clinic_admin, register_and_login
 
 NAIROBI = ZoneInfo("Africa/Nairobi")
@@ -89,3 +94,23 @@ async def other_clinic(client: httpx.AsyncClient) -> JSON:
     admin = await make_clinic_admin(client, name="Mombasa Coast Clinic", first_name="Hassan",
                                     last_name="Ali")
     return {"admin": admin, "org_id": admin["org_id"]}
+
+
+@asynccontextmanager
+async def served(settings: Settings) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """An app of its own (settings of a test's choosing) and a client of it."""
+    application = create_app(settings)
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            yield application, client
+
+
+async def booked_clinic(client: httpx.AsyncClient) -> tuple[JSON, JSON, JSON]:
+    """A clinic's administrator, its doctor with a schedule, and a booking tomorrow."""
+    admin = await make_clinic_admin(client)
+    doctor = await make_resource(client, admin["headers"], admin["org_id"])
+    await make_schedule(client, admin["headers"], doctor["id"])
+    made = data(await client.post("/api/appointments", json=booking(doctor["id"],
+                                                                    tomorrow())), 201)
+    return admin, doctor, made

@@ -5,16 +5,12 @@ reschedule, cancel, the day's board, confirmation e-mails, and who may do what."
 from __future__ import annotations
 
 import asyncio
-import email
 import os
-import socket
 import subprocess
 import sys
 import time as clock
 from collections.abc import Iterator
 from datetime import timedelta
-from email.message import EmailMessage
-from email.policy import default as default_policy
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +24,16 @@ from platform_api.settings import Settings
 from tests.conftest import make_clinic_admin, make_settings, register_and_login
 from tests.platform_api.scheduling.conftest import (
     at,
+    booked_clinic,
     booking,
     data,
     make_resource,
     make_schedule,
     refusal,
+    served,
     tomorrow,
 )
+from tests.platform_api.test_auth_email import Inbox, free_port
 
 JSON = dict[str, Any]
 
@@ -149,12 +148,6 @@ async def test_racing_bookings_across_two_apps_on_one_store(tmp_path, settings) 
                 assert sorted(a.status_code for a in answers) == [201] + [409] * 9
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HEALTHPLATFORM_DATA_DIR": str(data_dir),
            "HEALTHPLATFORM_HTTP_PORT": str(port), "HEALTHPLATFORM_MLLP_ENABLED": "false",
@@ -181,7 +174,7 @@ def _wait_healthy(port: int, server: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def two_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    ports = (_free_port(), _free_port())
+    ports = (free_port(), free_port())
     first = _serve(tmp_path, ports[0])
     servers = [first]
     try:
@@ -380,19 +373,9 @@ async def test_who_may_see_and_change_appointments(client, clinic, other_clinic)
 
 
 # -- confirmation e-mails ----------------------------------------------------------------------
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[EmailMessage] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(email.message_from_bytes(  # type: ignore[arg-type]
-            envelope.content, policy=default_policy))
-        return "250 Message accepted for delivery"
-
-
 @pytest.fixture
 def inbox() -> Iterator[tuple[Inbox, int]]:
-    handler, port = Inbox(), _free_port()
+    handler, port = Inbox(), free_port()
     controller = Controller(handler, hostname="127.0.0.1", port=port)
     controller.start()
     try:
@@ -408,41 +391,23 @@ def mail_settings(tmp_path: Path, inbox: tuple[Inbox, int]) -> Settings:
 
 
 async def test_the_booking_is_confirmed_by_email_once(mail_settings, inbox) -> None:
-    application = create_app(mail_settings)
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            admin = await make_clinic_admin(client)
-            doctor = await make_resource(client, admin["headers"], admin["org_id"])
-            await make_schedule(client, admin["headers"], doctor["id"])
-            day = tomorrow()
-            made = data(await client.post("/api/appointments", json=booking(doctor["id"],
-                                                                            day)), 201)
-            services = application.state.services
-            await services.bus.drain()
-            await services.auth.drain()
-            confirmations = [m for m in inbox[0].messages
-                             if m["To"] == "amina.odhiambo@example.org"]
-            assert len(confirmations) == 1
-            text = confirmations[0].get_content()
-            assert confirmations[0]["Subject"] == "Your appointment is booked"
-            assert "Dr. Wanjiru Kamau" in text and "09:00 (Africa/Nairobi)" in text
-            assert made["id"] in text
-            # a redelivered event sends nothing more
-            event = (await services.store.pending_events(limit=1000)) or []
-            assert event == []
-            await services.bus.deliver({"id": "replayed", "topic":
-                                        "platform.scheduling.appointment_booked",
-                                        "timestamp": "2026-11-25T00:00:00Z",
-                                        "payload": {"appointment_id": made["id"],
-                                                    "patient_id": made["patient_id"]}})
-            await services.bus.deliver({"id": "replayed", "topic":
-                                        "platform.scheduling.appointment_booked",
-                                        "timestamp": "2026-11-25T00:00:00Z",
-                                        "payload": {"appointment_id": made["id"],
-                                                    "patient_id": made["patient_id"]}})
-            assert len([m for m in inbox[0].messages
-                        if m["To"] == "amina.odhiambo@example.org"]) == 2
+    async with served(mail_settings) as (application, client):
+        _admin, _doctor, made = await booked_clinic(client)
+        services = application.state.services
+        await services.bus.drain()
+        to_patient = inbox[0].to("amina.odhiambo@example.org")
+        assert len(to_patient) == 1
+        text = to_patient[0].get_content()
+        assert to_patient[0]["Subject"] == "Your appointment is booked"
+        assert "Dr. Wanjiru Kamau" in text and "09:00 (Africa/Nairobi)" in text
+        assert made["id"] in text
+        # an event delivered twice (a redelivery) sends one more message, not two
+        replayed = {"id": "replayed-1", "topic": "platform.scheduling.appointment_booked",
+                    "timestamp": "2026-11-25T00:00:00Z",
+                    "payload": {"appointment_id": made["id"], "patient_id": made["patient_id"]}}
+        assert await services.bus.deliver(replayed)
+        assert await services.bus.deliver(replayed)
+        assert len(inbox[0].to("amina.odhiambo@example.org")) == 2
 
 
 async def test_public_booking_has_its_own_rate_limit(client, clinic) -> None:

@@ -9,16 +9,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jwt
 import pytest
 from aiohttp import web
-from asgi_lifespan import LifespanManager
 
-from platform_api.app import create_app
 from platform_api.scheduling.telemedicine import ROOM_SYSTEM
 from tests.conftest import make_settings, register_and_login
-from tests.platform_api.scheduling.conftest import booking, data, refusal, tomorrow
+from tests.platform_api.scheduling.conftest import (
+    booked_clinic,
+    booking,
+    data,
+    refusal,
+    served,
+    tomorrow,
+)
 from tests.platform_api.scheduling.test_requests import patient_with_record
 from tests.platform_api.scheduling.video_standin import VideoStandIn
 
@@ -198,37 +202,19 @@ async def test_who_may_start_and_watch_a_visit(client, clinic, other_clinic, vid
 
 
 async def test_without_a_video_platform_visits_are_refused_clearly(tmp_path) -> None:
-    application = create_app(make_settings(tmp_path))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            from tests.conftest import make_clinic_admin
-            from tests.platform_api.scheduling.conftest import make_resource, make_schedule
-            admin = await make_clinic_admin(client)
-            doctor = await make_resource(client, admin["headers"], admin["org_id"])
-            await make_schedule(client, admin["headers"], doctor["id"])
-            made = data(await client.post("/api/appointments", json=booking(
-                doctor["id"], tomorrow())), 201)
-            refused = await client.post(f"/api/appointments/{made['id']}/telemedicine/"
-                                        "initiate", headers=admin["headers"])
-            assert refusal(refused) == (503, "VIDEO_NOT_CONFIGURED")
+    async with served(make_settings(tmp_path)) as (_app, client):
+        admin, _doctor, made = await booked_clinic(client)
+        refused = await client.post(f"/api/appointments/{made['id']}/telemedicine/initiate",
+                                    headers=admin["headers"])
+        assert refusal(refused) == (503, "VIDEO_NOT_CONFIGURED")
 
 
 async def test_a_platform_that_refuses_is_a_502(tmp_path, video) -> None:
-    application = create_app(make_settings(tmp_path, video_url=video[1],
-                                           video_api_key=API_KEY,
-                                           video_api_secret="not-the-secret-the-platform-knows-0000"))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            from tests.conftest import make_clinic_admin
-            from tests.platform_api.scheduling.conftest import make_resource, make_schedule
-            admin = await make_clinic_admin(client)
-            doctor = await make_resource(client, admin["headers"], admin["org_id"])
-            await make_schedule(client, admin["headers"], doctor["id"])
-            made = data(await client.post("/api/appointments", json=booking(
-                doctor["id"], tomorrow())), 201)
-            refused = await client.post(f"/api/appointments/{made['id']}/telemedicine/"
-                                        "initiate", headers=admin["headers"])
-            assert refusal(refused) == (502, "VIDEO_PLATFORM_ERROR")
-            assert "unauthenticated" in refused.json()["error"]["message"]
+    wrong = make_settings(tmp_path, video_url=video[1], video_api_key=API_KEY,
+                          video_api_secret="not-the-secret-the-platform-knows-0000")
+    async with served(wrong) as (_app, client):
+        admin, _doctor, made = await booked_clinic(client)
+        refused = await client.post(f"/api/appointments/{made['id']}/telemedicine/initiate",
+                                    headers=admin["headers"])
+        assert refusal(refused) == (502, "VIDEO_PLATFORM_ERROR")
+        assert "unauthenticated" in refused.json()["error"]["message"]
