@@ -248,6 +248,13 @@ async def test_kanban_groups_the_days_appointments_by_status(client, clinic) -> 
     other_day = data(await client.get(f"/api/appointments/kanban?date={day + timedelta(1)}"
                                       f"&organization_id={clinic['org_id']}", headers=headers))
     assert other_day["total"] == 0
+    no_day = await client.get("/api/appointments/kanban", headers=headers)
+    assert (refusal(no_day), no_day.json()["error"]["field"]) == (
+        (422, "VALIDATION_ERROR"), "date")
+    bad_zone = await client.get(f"/api/appointments/kanban?date={day}&time_zone=Mars/Olympus",
+                                headers=headers)
+    assert refusal(bad_zone) == (422, "VALIDATION_ERROR")
+    assert (await client.get(f"/api/appointments/kanban?date={day}")).status_code == 401
 
 
 # -- status, reschedule, cancel -------------------------------------------------------------------

@@ -84,6 +84,9 @@ async def test_update_changes_only_the_fields_sent(client, clinic) -> None:
                                     json={"description": "Maternal health"}))
     assert (updated["name"], updated["description"]) == ("Dr. Wanjiru Kamau",
                                                          "Maternal health")
+    fetched = data(await client.get(f"/api/resources/{doctor_id}",
+                                    headers=clinic["receptionist"]["headers"]))
+    assert fetched == {**updated, "updated_at": fetched["updated_at"]}
     bad = await client.put(f"/api/resources/{doctor_id}", headers=headers,
                            json={"time_zone": "Africa/Atlantis"})
     assert refusal(bad) == (422, "VALIDATION_ERROR")

@@ -192,6 +192,10 @@ async def test_who_may_start_and_watch_a_visit(client, clinic, other_clinic, vid
     sid = session["session_id"]
     assert refusal(await client.get(f"{base}/status/{sid}", headers=stranger["headers"])
                    ) == (403, "FORBIDDEN")
+    assert refusal(await client.get(f"{base}/{sid}/participants",
+                                    headers=stranger["headers"])) == (403, "FORBIDDEN")
+    assert refusal(await client.post(f"{base}/end/{sid}", headers=other_clinic["admin"][
+        "headers"])) == (403, "FORBIDDEN")
     assert refusal(await client.get(f"{base}/status/not-a-session",
                                     headers=clinic["admin"]["headers"])) == (404, "NOT_FOUND")
     other = data(await client.post("/api/appointments", json=booking(
