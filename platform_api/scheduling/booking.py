@@ -120,5 +120,5 @@ def slot_references(slots: Sequence[JSON]) -> list[JSON]:
     return [{"reference": f"Slot/{s['id']}"} for s in slots]
 
 
-__all__ = ["exact_run", "resource_slots", "free_time", "overlapping_slots", "release", "slot_references",
-           "take", "unavailable"]
+__all__ = ["exact_run", "free_time", "overlapping_slots", "release", "resource_slots",
+           "slot_references", "take", "unavailable"]
