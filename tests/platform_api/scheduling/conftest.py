@@ -19,6 +19,9 @@ from platform_api.policy.roles import ORG_DOCTOR, ORG_NURSE, ORG_RECEPTIONIST
 from platform_api.settings import Settings
 from tests.conftest import add_member, make_clinic_admin, register_and_login
 
+# the SMTP server the auth tests read their e-mails from, for the confirmations
+from tests.platform_api.test_auth_email import inbox  # noqa: F401
+
 NAIROBI = ZoneInfo("Africa/Nairobi")
 DAILY_MORNINGS = [{"rrule": "FREQ=DAILY", "start": "08:00", "end": "12:00"}]
 JSON = dict[str, Any]

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from aiosmtpd.controller import Controller
 from asgi_lifespan import LifespanManager
 
 from platform_api.app import create_app
@@ -380,17 +379,6 @@ async def test_who_may_see_and_change_appointments(client, clinic, other_clinic)
 
 
 # -- confirmation e-mails ----------------------------------------------------------------------
-@pytest.fixture
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    handler, port = Inbox(), free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield handler, port
-    finally:
-        controller.stop()
-
-
 @pytest.fixture
 def mail_settings(tmp_path: Path, inbox: tuple[Inbox, int]) -> Settings:
     return make_settings(tmp_path, smtp_host="127.0.0.1", smtp_port=inbox[1], smtp_tls="none",
