@@ -96,6 +96,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
         reason="Completes a login that returned mfa_required: the credential is the MFA "
                "token from that login (Authorization: Bearer mfa_…), not an access token.",
     ),
+    ("POST", "/api/appointments"): Rule(
+        PUBLIC, limit="booking",
+        reason="Public as the spec says, on a budget of its own: a booking may register a "
+               "patient and e-mails the address it is given, so it is held tighter than "
+               "other public routes.",
+    ),
 }
 
 

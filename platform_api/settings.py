@@ -79,6 +79,18 @@ class Settings(BaseSettings):
     rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
                                         'per class, e.g. {"read": "1200/60"}')
 
+    # Scheduling and telemedicine (platform_api/scheduling): the slot horizon's upkeep and
+    # the video platform's server API (LiveKit RoomService over Twirp)
+    scheduling_upkeep_interval_seconds: float = Field(
+        default=3600.0, ge=0, description="Seconds between passes that move every "
+        "schedule's slot horizon on; 0: never")
+    video_url: str = Field(default="", description="Base URL of the video platform's "
+                           "server API; empty disables video visits")
+    video_api_key: str = ""
+    video_api_secret: str = ""
+    video_token_ttl_seconds: int = Field(default=7200, gt=0, description="Lifetime of a "
+                                         "video visit's join tokens")
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"
