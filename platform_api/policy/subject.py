@@ -45,11 +45,16 @@ class Subject:
     # Grants compiled from these relations, by (action, scopes) (see policy.grants): a
     # subject lives as long as its cache entry, so each request reuses them.
     compiled: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    # A SMART backend services client an administrator registered for the whole platform.
+    platform_wide: bool = False
 
     @property
     def unrestricted(self) -> bool:
-        """Platform administrators signed in as themselves (an API key never is)."""
-        return self.principal.kind == "user" and self.principal.is_platform_admin
+        """Platform administrators signed in as themselves (an API key or a SMART app
+        never is), and platform-wide backend services clients (narrowed by their
+        scopes)."""
+        return self.platform_wide or (self.principal.kind == "user"
+                                      and self.principal.is_platform_admin)
 
     def role_in(self, organization_id: str) -> str | None:
         return self.memberships.get(organization_id)
