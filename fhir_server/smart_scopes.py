@@ -187,7 +187,7 @@ def narrowings(scopes: ScopeSet, action: str, contexts: frozenset[str], patient:
             continue
         for confined, types in _scope_types(scope, universe):
             tokens = _token_filters(scope, types, universe)
-            if tokens is False:
+            if tokens is None:
                 continue  # a constraint this server cannot enforce admits nothing
             key = (confined, tokens or None)
             if types is None or (key in grouped and grouped[key] is None):
@@ -217,15 +217,15 @@ def _scope_types(scope: ResourceScope, universe: ScopeUniverse
 
 
 def _token_filters(scope: ResourceScope, types: set[str] | None, universe: ScopeUniverse
-                   ) -> tuple[TokenFilter, ...] | bool:
-    """The scope's constraints as token filters; ``False`` when one cannot be enforced on
-    every type it reaches (a wildcard type, or a parameter that is not a token)."""
+                   ) -> tuple[TokenFilter, ...] | None:
+    """The scope's constraints as token filters (``()``: none); ``None`` when one cannot
+    be enforced on every type it reaches (a wildcard type, or not a token parameter)."""
     if not scope.constraints:
         return ()
     if types is None or not types:
-        return False
+        return None
     if not all(universe.token_param(t, param) for t in types for param, _ in scope.constraints):
-        return False
+        return None
     return tuple(TokenFilter(param, frozenset(values)) for param, values in scope.constraints)
 
 
@@ -235,7 +235,7 @@ def enforceable(scope: ResourceScope, universe: ScopeUniverse) -> bool:
         return not scope.constraints
     reached = _scope_types(scope, universe)
     return bool(reached) and all(
-        _token_filters(scope, types, universe) is not False for _, types in reached)
+        _token_filters(scope, types, universe) is not None for _, types in reached)
 
 
 def narrow(grants: Iterable[Grant], narrowed_by: Sequence[Narrowing]) -> list[Grant]:
