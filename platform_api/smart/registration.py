@@ -22,6 +22,7 @@ are refused, it gets no new ones) and the secret never shows again.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -30,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 
 from fhir_server.store import ResourceGone, ResourceNotFound
 from platform_api.auth.dependencies import current_principal, require_platform_admin
+from platform_api.auth.errors import validation_error
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
     Envelope,
@@ -190,8 +192,6 @@ async def get_client(client_id: str, request: Request,
                     summary="Update or disable a SMART client")
 async def update_client(client_id: str, body: ClientUpdate, request: Request,
                         admin: Principal = Depends(require_platform_admin)) -> Any:
-    from platform_api.auth.errors import validation_error
-
     server = smart_server(request)
     current = await _client(server, client_id)
     changes = body.model_dump(exclude_unset=True)
@@ -207,9 +207,9 @@ async def update_client(client_id: str, body: ClientUpdate, request: Request,
         metadata = checked_metadata({k: v for k, v in merged.items() if v is not None})
         await _check_registrant(server, admin, metadata)
     except OAuthError as error:
-        field = error.description.split(":", 1)[0]
-        raise validation_error(field if field in METADATA_FIELDS else "body",
-                               error.description) from None
+        named = re.match(r"[a-z_]+", error.description)
+        field = named.group(0) if named and named.group(0) in METADATA_FIELDS else "body"
+        raise validation_error(field, error.description) from None
     saved = await server.registry.save({**current, **metadata,
                                         "status": status or current["status"]})
     return ok(public_metadata(saved))
