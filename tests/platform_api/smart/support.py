@@ -220,3 +220,27 @@ async def smart_token(client: httpx.AsyncClient, client_id: str, scope: str, ema
     response = await exchange(client, authorization, client_id)
     assert response.status_code == 200, response.text
     return response.json()  # type: ignore[no-any-return]
+
+
+@dataclass
+class Seeded:
+    """A clinic and a registered app written to a data directory, for tests that then
+    serve the app with uvicorn (browsers and client libraries need real HTTP)."""
+
+    clinic: Clinic
+    app: JSON
+
+
+async def seed(settings: Any, **metadata: Any) -> Seeded:
+    """Write a clinic and register an app (``metadata``) in ``settings.data_dir``."""
+    from asgi_lifespan import LifespanManager
+
+    from platform_api.app import create_app
+
+    application = create_app(settings)
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            clinic = await make_clinic(application, c)
+            app = await register(c, clinic.platform_admin["headers"], **metadata)
+    return Seeded(clinic, app)
