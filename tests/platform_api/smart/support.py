@@ -244,3 +244,13 @@ async def seed(settings: Any, **metadata: Any) -> Seeded:
             clinic = await make_clinic(application, c)
             app = await register(c, clinic.platform_admin["headers"], **metadata)
     return Seeded(clinic, app)
+
+
+def seed_now(settings: Any, **metadata: Any) -> Seeded:
+    """:func:`seed` from synchronous code, in a thread of its own (a Playwright test's
+    thread already runs an event loop)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, seed(settings, **metadata)).result()

@@ -5,7 +5,6 @@ the patient, and refreshes."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import httpx
@@ -15,13 +14,13 @@ from fhirclient.models.observation import Observation
 from platform_api.app import create_app
 from tests.browser_support import run_server
 from tests.conftest import make_settings
-from tests.platform_api.smart.support import PASSWORD, REDIRECT_URI, hidden_fields, seed
+from tests.platform_api.smart.support import PASSWORD, REDIRECT_URI, hidden_fields, seed_now
 
 
 def test_fhirclient_completes_a_standalone_launch_and_reads_the_patient(
         tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    seeded = asyncio.run(seed(settings))
+    seeded = seed_now(settings)
     clinic = seeded.clinic
     with run_server(create_app(settings)) as base:
         smart = smart_client.FHIRClient(settings={
