@@ -25,12 +25,12 @@ from platform_api.auth.tokens import parse_rfc3339, rfc3339
 from platform_api.envelope import ApiError
 from platform_api.smart import pages
 from platform_api.smart.authorize import COOKIE, request_hash
-from platform_api.smart.oauth import MANAGE_PATH, SMART_FAMILY
+from platform_api.smart.oauth import MANAGE_PATH, MANAGE_SESSIONS, SMART_FAMILY
 from platform_api.smart.server import SmartServer, smart_server
 
 router = APIRouter(tags=["SMART authorization server"])
 JSON = dict[str, Any]
-SESSIONS = "smart_manage_sessions"
+SESSIONS = MANAGE_SESSIONS
 MFA_PATH = f"{MANAGE_PATH}/mfa"
 APPS_PATH = f"{MANAGE_PATH}/apps"
 

@@ -31,6 +31,7 @@ AUTH_REQUESTS = "smart_auth_requests"
 CODES = "smart_codes"
 CODE_USES = "smart_code_uses"
 ASSERTIONS = "smart_assertion_jtis"
+MANAGE_SESSIONS = "smart_manage_sessions"
 SMART_FAMILY = "smart"  # refresh_families.kind of a SMART authorization
 
 # Paths of the authorization server (the spec lists only discovery and the launch).
