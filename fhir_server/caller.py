@@ -113,7 +113,21 @@ class CallerFhir:
 
     def admitted(self, action: str, resource: JSON) -> bool:
         """Whether the caller's ``action`` grants admit ``resource``."""
-        return permits(self.access, action, resource, self.patients_of, self.tokens_of)
+        return permits(self.access, action, resource, self._patients_once(resource),
+                       self.tokens_of)
+
+    def _patients_once(self, resource: JSON) -> Callable[[JSON], frozenset[str]]:
+        """``patients_of`` computing ``resource``'s compartments once, however many
+        grants ask (a SMART patient scope confines several of them)."""
+        found: list[frozenset[str]] = []
+
+        def patients_of(candidate: JSON) -> frozenset[str]:
+            if candidate is not resource:
+                return self.patients_of(candidate)
+            if not found:
+                found.append(self.patients_of(resource))
+            return found[0]
+        return patients_of
 
     # -- reads -------------------------------------------------------------------------------
     def check_read(self, stored: StoredResource) -> None:
@@ -122,7 +136,8 @@ class CallerFhir:
         if grants is None or stored.deleted:
             return
         resource = orjson.loads(stored.body)
-        if not any(admits(g, resource, self.patients_of, self.tokens_of) for g in grants):
+        patients_of = self._patients_once(resource)
+        if not any(admits(g, resource, patients_of, self.tokens_of) for g in grants):
             raise AccessDenied(f"{self._who()} may not read "
                                f"{stored.resource_type}/{stored.id}"
                                f"{self.access.explain(READ, stored.resource_type)}")

@@ -28,10 +28,15 @@ from fhir_server.access import READ
 from fhir_server.service import FhirService
 from fhir_server.smart_scopes import ScopeUniverse
 from fhir_server.store import ResourceStore
-from platform_api.auth.principal import Principal
+from platform_api.auth.principal import Principal, SmartAuthorization
 from platform_api.policy.grants import PolicyAccess, TypeFilter
 from platform_api.policy.roles import ORG_ROLES
-from platform_api.policy.smart import backend_subject, narrowing_of, shared_types
+from platform_api.policy.smart import (
+    SmartNarrowing,
+    backend_subject,
+    narrowing_of,
+    shared_types,
+)
 from platform_api.policy.subject import SUBJECT_TYPES, USER_SYSTEM, Subject, SubjectLoader
 
 FHIR_DOOR, API_DOOR = "fhir", "api"
@@ -61,6 +66,7 @@ class Policy:
         fhir.add_write_listener(self.resources_written)
         self._universe: tuple[str, ScopeUniverse] | None = None
         self._backends: dict[Principal, Subject] = {}
+        self._narrowings: dict[SmartAuthorization, SmartNarrowing] = {}
 
     async def subject(self, principal: Principal) -> Subject:
         return await self.subjects.subject(principal)
@@ -89,7 +95,13 @@ class Policy:
                 subject = self._backends[principal] = backend_subject(principal)
         else:
             subject = await self.subjects.subject(principal)
-        return PolicyAccess(subject, narrowing=narrowing_of(smart, self.scope_universe()))
+        universe = self.scope_universe()
+        narrowing = self._narrowings.get(smart)
+        if narrowing is None or narrowing.universe is not universe:
+            if len(self._narrowings) > 10_000:
+                self._narrowings.clear()
+            narrowing = self._narrowings[smart] = narrowing_of(smart, universe)
+        return PolicyAccess(subject, narrowing=narrowing)
 
     def scope_universe(self) -> ScopeUniverse:
         """What SMART scopes are matched against, for the registry in use."""

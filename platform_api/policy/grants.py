@@ -181,8 +181,12 @@ class PolicyAccess:
             if action == SEARCH and self.narrowing is None:
                 found = self.grants(READ)  # the same grants: nothing tells them apart
             else:
-                # Compiled once per subject (cached per user) and scopes, not per request.
-                key = (action, self.subject.principal.scopes if self.type_filter else None,
+                # Compiled once per subject (cached per user) and scopes, not per request;
+                # the user's principals share the cache, so the key holds what tells them
+                # apart: the kind of credential, administrator powers, scopes.
+                principal = self.subject.principal
+                key = (action, principal.kind, self.subject.unrestricted,
+                       principal.scopes if self.type_filter else None,
                        None if self.narrowing is None else self.narrowing.key)
                 found = self.subject.compiled.get(key, _UNSET)
                 if found is _UNSET:

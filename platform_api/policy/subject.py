@@ -118,8 +118,11 @@ class SubjectLoader:
         # The relations are the user's; the principal (token or key, its scopes) is this
         # request's.
         if base.principal != principal:  # another token of the user, or one of their keys
+            # The compiled grants are the relations': shared by the user's principals
+            # (keyed by what differs between them, see PolicyAccess.grants), so a user
+            # with a session and a SMART app at once does not recompile on every request.
             base = Subject(principal, base.memberships, base.patient_id,
-                           base.practitioner_ids, base.consents)
+                           base.practitioner_ids, base.consents, base.compiled)
             if len(self._cache) <= 10_000:
                 self._cache[key] = (now if cached is None else cached[0], self._generation,
                                     base)
