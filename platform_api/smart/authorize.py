@@ -48,7 +48,6 @@ from fhir_server.smart_scopes import PATIENT, ScopeSet, parse_resource_scope
 from fhir_server.store import DuplicateDocument
 from platform_api.auth import users
 from platform_api.auth.dependencies import client_info
-from platform_api.auth.mfa import commit_code
 from platform_api.auth.principal import Principal
 from platform_api.auth.tokens import parse_rfc3339, rfc3339
 from platform_api.envelope import ApiError
@@ -305,15 +304,11 @@ async def second_factor(request: Request) -> Response:
         server, pending, form, client = await _pending(request)
     except PageError as error:
         return error.response
-    auth = server.services.auth
     mfa_token = form.get("mfa_token", "")
     if pending.get("mfa") is None or request_hash(mfa_token) != pending["mfa"]:
         return pages.error_page("Sign in again from the app.", 400)
     try:
-        challenge = await auth.mfa.find_challenge(mfa_token)
-        async with server.services.store.unit_of_work() as uow:
-            await auth.mfa.stage_redeem(challenge, form.get("code", ""), uow)
-            await commit_code(uow)
+        await server.redeem_second_factor(mfa_token, form.get("code", ""))
     except ApiError as refused:
         if refused.code in ("INVALID_MFA_TOKEN",):
             return pages.error_page("This sign-in expired. Start again from the app.")

@@ -19,7 +19,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from platform_api.auth.dependencies import client_info
-from platform_api.auth.mfa import commit_code
 from platform_api.auth.refresh import FAMILIES
 from platform_api.auth.tokens import parse_rfc3339, rfc3339
 from platform_api.envelope import ApiError
@@ -83,12 +82,8 @@ async def manage_mfa(request: Request) -> Response:
     mfa_token = form.get("mfa_token", "")
     if session is None or session["mfa"] != request_hash(mfa_token):
         return pages.error_page("Sign in again.", 400)
-    auth = server.services.auth
     try:
-        challenge = await auth.mfa.find_challenge(mfa_token)
-        async with server.services.store.unit_of_work() as uow:
-            await auth.mfa.stage_redeem(challenge, form.get("code", ""), uow)
-            await commit_code(uow)
+        await server.redeem_second_factor(mfa_token, form.get("code", ""))
     except ApiError as refused:
         return pages.mfa_page(MFA_PATH, {"session": form["session"], "mfa_token": mfa_token},
                               refused.message, pages.refusal_status(refused.status))

@@ -32,6 +32,7 @@ from fhir_server.smart_scopes import (
     parse_resource_scope,
 )
 from fhir_server.validation import is_resource_type
+from platform_api.auth.mfa import commit_code
 from platform_api.auth.principal import Principal, SmartAuthorization
 from platform_api.policy import FHIR_DOOR
 from platform_api.services import Services
@@ -78,6 +79,15 @@ class SmartServer:
         if self._id_keys is None:
             raise RuntimeError("SmartServer.start() has not been awaited")
         return self._id_keys
+
+    async def redeem_second_factor(self, mfa_token: str, code: str) -> None:
+        """Spend the TOTP or recovery ``code`` of a sign-in's MFA challenge (the pages
+        sign users in as /api/auth/login does); ApiError when it is refused."""
+        mfa = self.services.auth.mfa
+        challenge = await mfa.find_challenge(mfa_token)
+        async with self.services.store.unit_of_work() as uow:
+            await mfa.stage_redeem(challenge, code, uow)
+            await commit_code(uow)
 
     # -- scope negotiation -------------------------------------------------------------
     def grantable(self, requested: str, client: JSON, *, backend: bool) -> ScopeSet:

@@ -20,14 +20,14 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from platform_api.app import create_app
-from tests.browser_support import launch_chromium, run_server
+from tests.browser_support import chromium, run_server
 from tests.conftest import make_settings
 from tests.platform_api.smart.support import PASSWORD, seed_now
 
@@ -106,10 +106,8 @@ class GrowthChartApp:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def developer_key(base: str, headers: dict[str, str]) -> str:
