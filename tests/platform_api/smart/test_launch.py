@@ -93,3 +93,9 @@ async def test_a_launch_needs_a_patient_the_clinician_may_reach(
                                     json={"client_id": "nope", "patient_id": clinic.amina})
     assert unknown_app.status_code == 404
     assert (await client.post("/api/smart/launch", json={})).status_code == 401
+    key = await client.post("/api/developer/keys", headers=clinic.doctor["headers"],
+                            json={"name": "EHR bridge", "scopes": ["smart:write"]})
+    by_key = await client.post("/api/smart/launch", headers={
+        "X-API-Key": key.json()["data"]["key"]}, json={
+        "client_id": public_app["client_id"], "patient_id": clinic.amina})
+    assert by_key.status_code == 403  # a launch is a clinician's, in a user's session
