@@ -90,6 +90,24 @@ class Settings(BaseSettings):
     video_api_secret: str = ""
     video_token_ttl_seconds: int = Field(default=7200, gt=0, description="Lifetime of a "
                                          "video visit's join tokens")
+    # SMART App Launch authorization server (platform_api/smart)
+    smart_access_token_ttl_seconds: int = Field(
+        default=3600, gt=0, le=3600, description="Lifetime of an app's access token")
+    smart_backend_token_ttl_seconds: int = Field(
+        default=300, gt=0, le=3600, description="Lifetime of a backend services token")
+    smart_code_ttl_seconds: int = Field(default=60, gt=0, description="Authorization codes")
+    smart_launch_ttl_seconds: int = Field(default=300, gt=0,
+                                          description="An EHR launch context's lifetime")
+    smart_authorize_ttl_seconds: int = Field(
+        default=900, gt=0, description="Time to sign in and consent on the /authorize pages")
+    smart_online_access_ttl_seconds: int = Field(
+        default=12 * 3600, gt=0, description="Refresh tokens of online_access")
+    smart_offline_access_ttl_seconds: int = Field(
+        default=90 * 24 * 3600, gt=0, description="Refresh tokens of offline_access")
+    smart_jwks_max_cache_seconds: int = Field(
+        default=3600, ge=0, description="Longest a client's fetched JWKS is kept (less when "
+        "its Cache-Control says so)")
+    smart_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
 
     @cached_property
     def store_url(self) -> str:
