@@ -1,10 +1,13 @@
 """CORS: which browser apps on other origins may call which paths.
 
 - Discovery (``/.well-known/*``, ``/fhir/.well-known/*``, ``/fhir/metadata``,
-  ``/cds-services``): any origin, reading only (GET): what a SMART app or an EHR reads
-  before it has any credentials, and the same for everyone.
-- ``/api``, ``/fhir`` and ``/admin``: the origins of ``HEALTHPLATFORM_CORS_ORIGINS`` (the
-  web front ends of this deployment, e.g. ``https://app.clinic.example.org``), every
+  ``/cds-services``, the SMART server's ``/oauth2/jwks`` and style): any origin, reading
+  only (GET): what a SMART app or an EHR reads before it has any credentials, and the
+  same for everyone.
+- ``/api``, ``/fhir``, ``/admin`` and the SMART token endpoints (``/oauth2/token``,
+  ``/revoke``, ``/introspect``): the origins of ``HEALTHPLATFORM_CORS_ORIGINS`` (the web
+  front ends and browser SMART apps of this deployment, e.g.
+  ``https://app.clinic.example.org``), every
   method these routes take, the headers a FHIR client and the /api send
   (``Authorization``, ``Content-Type``, ``If-Match``, ``Prefer``...), credentials allowed
   (the device cookie of a sign-in), and the headers a client must read exposed
@@ -25,8 +28,12 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 DISCOVERY_PREFIXES = ("/.well-known/", "/fhir/.well-known/")
-DISCOVERY_PATHS = frozenset({"/fhir/metadata", "/cds-services"})
-CONFIGURED_PREFIXES = ("/api/", "/fhir", "/admin/")
+DISCOVERY_PATHS = frozenset({"/fhir/metadata", "/cds-services", "/oauth2/jwks",
+                             "/oauth2/smart-style.json"})
+# The SMART token, revocation and introspection endpoints a browser app calls
+# (platform_api.smart); its /authorize pages are navigations, which need no CORS.
+CONFIGURED_PREFIXES = ("/api/", "/fhir", "/admin/", "/oauth2/token", "/oauth2/revoke",
+                       "/oauth2/introspect")
 REQUEST_HEADERS = ("Authorization", "Content-Type", "Accept", "X-API-Key", "X-Request-ID",
                    "If-Match", "If-None-Match", "If-None-Exist", "If-Modified-Since",
                    "Prefer")

@@ -6,10 +6,11 @@ connection after a failure.
 - ``Cache-Control: no-store`` on answers carrying health data (``/fhir`` but its
   capability statement, ``/api``, ``/admin``) unless the route chose its own: no shared
   cache or browser disk keeps a patient's record;
-- on HTML pages (``/docs`` and the sign-in pages to come): a Content Security Policy that
+- on HTML pages (``/docs``, the SMART sign-in pages): a Content Security Policy that
   loads nothing from elsewhere and runs no inline script (a page that needs one sets its
   own, naming the script's hash: see ``platform_api.docs``), and ``X-Frame-Options:
-  DENY`` / ``frame-ancestors 'none'`` against clickjacking;
+  DENY`` / ``frame-ancestors 'none'`` against clickjacking; what a page sets itself is
+  kept;
 - ``Connection: close`` on a 500: the server closes the connection after a request that
   failed inside the app; said in the answer, a keep-alive client opens a new one for its
   next request instead of sending it into a closed socket.
@@ -82,7 +83,7 @@ class SecurityHeadersMiddleware:
     def _headers(self, status: int, headers: list[tuple[bytes, bytes]], private: bool
                  ) -> list[tuple[bytes, bytes]]:
         # ASGI header names are lower case (Starlette's responses write them so).
-        cached = html = policy = closing = False
+        cached = html = policy = framing = closing = sniffing = False
         for name, value in headers:
             if name == b"cache-control":
                 cached = True
@@ -90,15 +91,21 @@ class SecurityHeadersMiddleware:
                 html = value.startswith(b"text/html")
             elif name == b"content-security-policy":
                 policy = True
+            elif name == b"x-frame-options":
+                framing = True
             elif name == b"connection":
                 closing = True
-        headers.append(NOSNIFF)
+            elif name == b"x-content-type-options":
+                sniffing = True
+        if not sniffing:
+            headers.append(NOSNIFF)
         if private and not cached:
             headers.append(NO_STORE)
         if html:
             if not policy:
                 headers.append(self.html_policy)
-            headers.append(FRAME_DENY)
+            if not framing:
+                headers.append(FRAME_DENY)
         if status == 500 and not closing:
             headers.append(CLOSE)
         return headers

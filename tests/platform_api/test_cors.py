@@ -31,8 +31,19 @@ async def test_any_origin_reads_the_capability_statement(client):
     assert answer.headers["access-control-allow-origin"] == "*"
     read = await client.get("/fhir/metadata", headers={"Origin": STRANGER})
     assert read.status_code == 200 and read.headers["access-control-allow-origin"] == "*"
-    assert (await client.options("/.well-known/smart-configuration",
+    assert (await client.options("/fhir/.well-known/smart-configuration",
                                  headers=preflight(STRANGER))).status_code == 200
+    keys = await client.get("/oauth2/jwks", headers={"Origin": STRANGER})
+    assert keys.headers["access-control-allow-origin"] == "*"
+
+
+async def test_a_configured_browser_smart_app_may_call_the_token_endpoint(client):
+    allowed = await client.options("/oauth2/token", headers=preflight(
+        CLINIC_APP, "POST", "content-type"))
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == CLINIC_APP
+    refused = await client.options("/oauth2/token", headers=preflight(STRANGER, "POST"))
+    assert refused.status_code == 400
 
 
 async def test_a_configured_origin_reaches_fhir_and_api_with_credentials(client, clinic_admin):
