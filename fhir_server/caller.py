@@ -64,7 +64,7 @@ from fhir_server.store import (
     VersionConflict,
 )
 from fhir_server.store.port import StagedWrite, Staging
-from fhir_server.validation import check_id, validate_resource
+from fhir_server.validation import check_id
 
 JSON = dict[str, Any]
 Params = Sequence[tuple[str, str]]
@@ -430,15 +430,17 @@ class FhirUnit:
         only when the caller can see no match, and one visible match becomes the result
         (``existing``). ``ownerless``: owned by no organization on purpose (a user's own
         patient record), whatever the rules of :mod:`fhir_server.ownership` would give."""
-        validate_resource(resource, expected_type, strict=self.service.strict_validation)
+        offload = self.service.offloads(resource)
+        await self.service.validate(resource, expected_type, offload=offload)
         body = dict(resource)
         body["id"] = resource_id or new_id()
         if if_none_exist is not None:
             condition = Condition(await self.caller.condition(body["resourceType"],
                                                               if_none_exist))
         body = await self._authorized(CREATE, body, None, ownerless=ownerless)
-        staged = self.service.stage_create(self.uow, body, resource_id=body["id"],
-                                           condition=condition, validated=True)
+        staged = self.service.stage_create(
+            self.uow, body, resource_id=body["id"], condition=condition, validated=True,
+            index=await self.service.index(body, offload=offload))
         self._resources[(body["resourceType"], body["id"])] = body
         return staged
 
@@ -446,7 +448,8 @@ class FhirUnit:
                      expected_type: str | None = None, condition: Condition | None = None,
                      method: str = "PUT") -> StagedWrite:
         """Stage an update of ``resource["id"]`` (a create when the id is new)."""
-        validate_resource(resource, expected_type, strict=self.service.strict_validation)
+        offload = self.service.offloads(resource)
+        await self.service.validate(resource, expected_type, offload=offload)
         resource_type, resource_id = resource["resourceType"], resource.get("id")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
@@ -461,7 +464,8 @@ class FhirUnit:
             and self.restricted
         staged = self.service.stage_update(
             self.uow, body, if_match=current.version if implied and current else if_match,
-            condition=condition, method=method, validated=True)
+            condition=condition, method=method, validated=True,
+            index=await self.service.index(body, offload=offload))
         if implied:
             self._implied.append(staged)
         self._resources[(resource_type, resource_id)] = body

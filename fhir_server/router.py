@@ -50,6 +50,7 @@ from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
 from fhir_server.interactions.vread import vread
+from fhir_server.validation import is_resource_type
 
 TYPE_INTERACTIONS = (
     "read", "vread", "update", "patch", "delete", "history-instance", "history-type",
@@ -189,13 +190,15 @@ class FhirDispatch(BaseRoute):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = scope["path"][len(self.PREFIX):].rstrip("/").split("/")
+        wanted = "GET" if scope["method"] == "HEAD" else scope["method"]
         allowed: list[str] = []
         for method, segments, names, endpoint in self._by_length.get(len(parts), ()):
             params = _bind(segments, names, parts)
             if params is None:
                 continue
-            if method != scope["method"]:
-                allowed.append(method)
+            if method != wanted:
+                if _names_types(params):
+                    allowed.append(method)
                 continue
             scope["path_params"] = params
             request = Request(scope, receive, send)
@@ -203,8 +206,22 @@ class FhirDispatch(BaseRoute):
             await response(scope, receive, send)
             return
         if allowed:
-            raise HTTPException(405, headers={"Allow": ", ".join(dict.fromkeys(allowed))})
+            methods = list(dict.fromkeys(allowed))
+            if "GET" in methods:
+                methods.append("HEAD")
+            allow = ", ".join([*methods, "OPTIONS"])
+            if wanted == "OPTIONS":  # RFC 9110 9.3.7: what the target takes
+                await Response(status_code=204, headers={"Allow": allow})(scope, receive, send)
+                return
+            raise HTTPException(405, headers={"Allow": allow})
         raise HTTPException(404)
+
+
+def _names_types(params: dict[str, str]) -> bool:
+    """Whether the path parameters that name a resource type name one: ``/metadata``
+    is no ``/{resource_type}``, so the methods of those routes are not its methods."""
+    return all(is_resource_type(value) for name, value in params.items()
+               if name in ("resource_type", "compartment_type"))
 
 
 def _bind(segments: tuple[str | None, ...], names: tuple[str, ...], parts: list[str]

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import jsonschema_rs
+import orjson
 from pydantic import ValidationError
 
 from fhir_server.outcome import FhirError, Issue
@@ -264,3 +265,46 @@ def _model_issues(body: dict[str, Any], resource_type: str) -> list[Issue]:
             for err in exc.errors()
         ]
     return []
+
+
+def without_invalid_elements(resource: dict[str, Any]) -> dict[str, Any]:
+    """``resource`` as far as the R4 schema accepts it: a copy without the elements it
+    refuses (unknown ones, and values of the wrong type or format), or ``resource``
+    itself when it is valid. For what reads records stored before today's validation
+    caught them (an /api view of a Patient whose ``name`` holds a list of lists): they
+    show what is sound instead of failing. Problems no element carries (a required
+    element missing from the resource itself) stay."""
+    validator = _validator(str(resource.get("resourceType")))
+    if validator is None or validator.is_valid(resource):
+        return resource
+    paths: set[tuple[str | int, ...]] = set()
+    for error in validator.iter_errors(resource):
+        path = tuple(error.instance_path)
+        if type(error.kind).__name__ == "AdditionalProperties":
+            paths.update((*path, name) for name in error.kind.unexpected)
+        elif path:
+            paths.add(path)
+    pruned: dict[str, Any] = orjson.loads(orjson.dumps(resource))
+    # Deepest first, and the later items of a list before the earlier ones, so that no
+    # removal moves what another one points at.
+    for path in sorted(paths, key=_removal_order, reverse=True):
+        _remove(pruned, path)
+    return pruned
+
+
+def _removal_order(path: tuple[str | int, ...]) -> tuple[Any, ...]:
+    return (len(path), *((1, part, "") if isinstance(part, int) else (0, 0, part)
+                         for part in path))
+
+
+def _remove(node: Any, path: Sequence[str | int]) -> None:
+    for part in path[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return  # already gone with an element that contained it
+    last = path[-1]
+    if isinstance(node, dict) and isinstance(last, str):
+        node.pop(last, None)
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        del node[last]

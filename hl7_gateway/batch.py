@@ -53,12 +53,12 @@ def _count_warnings(batch_file: BatchFile) -> list[str]:
     warnings: list[str] = []
     for number, batch in enumerate(batch_file.batches, 1):
         declared = batch.trailer.field(1) if batch.trailer else ""
-        if declared.isdigit() and int(declared) != len(batch.messages):
+        if declared.isdecimal() and int(declared) != len(batch.messages):
             warnings.append(
                 f"BTS-1 of batch {number} declares {declared} messages, found {len(batch.messages)}"
             )
     declared = batch_file.trailer.field(1) if batch_file.trailer else ""
-    if declared.isdigit() and int(declared) != len(batch_file.batches):
+    if declared.isdecimal() and int(declared) != len(batch_file.batches):
         warnings.append(f"FTS-1 declares {declared} batches, found {len(batch_file.batches)}")
     return warnings
 

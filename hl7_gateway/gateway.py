@@ -75,6 +75,8 @@ from hl7_gateway.v2_to_fhir import SUPPORTED_MESSAGES, MappedMessage, MappingErr
 from hl7_gateway.v2_to_fhir.bundle import identifier_token
 from hl7_gateway.v2_to_fhir.context import message_namespace
 
+DEFAULT_MAX_SEGMENTS = 10_000
+
 __all__ = [
     "DEAD_LETTERS",
     "FAILED_TOPIC",
@@ -229,12 +231,14 @@ class HL7Gateway:
     """Turns v2 messages into committed FHIR transactions and answers with ACKs."""
 
     def __init__(self, fhir: FhirService | FhirTransactions, *, default_tz: tzinfo = UTC,
-                 policy: HeaderPolicy | None = None) -> None:
+                 policy: HeaderPolicy | None = None,
+                 max_segments: int = DEFAULT_MAX_SEGMENTS) -> None:
         self.fhir: FhirTransactions = SystemTransactions(fhir) if isinstance(
             fhir, FhirService) else fhir
         self.store: ResourceStore = fhir.store
         self.default_tz = default_tz
         self.policy = policy or HeaderPolicy(message_types=SUPPORTED_MESSAGES)
+        self.max_segments = max_segments
         self._locks = _KeyedLocks()
 
     # -- entry points ----------------------------------------------------------------------
@@ -251,7 +255,7 @@ class HL7Gateway:
             message = parse(data)
         except HL7ParseError as exc:
             return await self._unparseable(data, exc, replay)
-        problems = check_header(message, self.policy)
+        problems = check_header(message, self.policy) or self._check_size(message)
         if problems:
             return Processed(Outcome.REJECT,
                              build_acks(message, Outcome.REJECT, problems, safe=False),
@@ -262,6 +266,16 @@ class HL7Gateway:
             if record is not None:
                 return _from_record(record)
             return await self._process_new(message, data, key, replay)
+
+    def _check_size(self, message: Message) -> list[ErrorDetail]:
+        """A message of more segments than ``max_segments`` is refused (AR) before it is
+        mapped: one ORU of 100,000 OBX would be a transaction of as many Observations,
+        validated and indexed while every other message and request waits."""
+        if len(message) <= self.max_segments:
+            return []
+        return [ErrorDetail(199, f"the message has {len(message):,} segments; the limit is "
+                            f"{self.max_segments:,} (HEALTHPLATFORM_HL7_MAX_SEGMENTS): "
+                            "send the results in several messages", "MSH")]
 
     # -- the steps ---------------------------------------------------------------------------
     async def _process_new(self, message: Message, raw: bytes, key: str, replay: bool

@@ -278,7 +278,7 @@ def _escape_replacement(seq: str, d: Delimiters, codec: str) -> str | None:
     if seq.startswith(".sp"):
         count = seq[3:].strip()
         # The count comes from the sender: bounded so one value cannot balloon in memory.
-        return "\n" * (min(int(count), 100) if count.isdigit() else 1)
+        return "\n" * (min(int(count), 100) if count.isdecimal() else 1)
     # Formatting commands of FT (.in, .ti, .sk, .ce, .fi, .nf) have no plain-text form,
     # and character-set switches (C, M) cannot be honoured in already decoded text.
     if seq[:3] in {".in", ".ti", ".sk", ".ce", ".fi", ".nf"} or head in {"C", "M"}:

@@ -43,8 +43,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fhir_server.validation import resource_types
 from platform_api.access_rules import OPERATIONS
 from platform_api.audit import NO_CLIENT, ClientInfo
+from platform_api.auth.devices import PATH as DEVICE_COOKIE_PATH
+from platform_api.auth.devices import cookie_value
 from platform_api.auth.errors import missing_token
 from platform_api.auth.principal import APP_ADMIN, SUPER_ADMIN, Principal
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, forbidden
 from platform_api.rate_limit import Decision, MemoryLimiter, rate_limited
 from platform_api.refusals import refusal_response
@@ -63,7 +66,8 @@ class Rule:
     access: str
     roles: frozenset[str] = frozenset()  # any of these (SUPER:ADMIN passes all); empty: anyone
     scope: str | None = None  # API-key scope; "{0}" is the first path parameter; None: no keys
-    limit: str = "read"  # rate-limit class (platform_api.rate_limit.DEFAULT_LIMITS)
+    # rate-limit class (platform_api.rate_limit.DEFAULT_LIMITS); None: no budget at all
+    limit: str | None = "read"
     reason: str = ""  # why this departs from the spec, when it does
 
     def required_scope(self, params: list[str]) -> str | None:
@@ -78,12 +82,17 @@ SUPER_ADMIN_AREAS = frozenset({"Auth"})
 # API keys are for server-to-server data access: never for the account, its keys or
 # administration (a leaked key must not mint keys or change who may do what).
 KEYLESS_PREFIXES = ("/api/auth/", "/api/developer/", "/api/admin/", "/admin/")
-# Brute-force targets get the strict classes (rate_limit.DEFAULT_LIMITS).
-LOGIN_CLASS_PATHS = frozenset({
-    "/api/auth/register", "/api/auth/login", "/api/auth/refresh", "/api/auth/verify-email",
-    "/api/auth/forgot-password", "/api/auth/reset-password", "/api/auth/social-login",
-    "/api/auth/mfa/verify", "/api/auth/mfa/challenge", "/api/auth/mfa/disable",
-})
+# The sign-in routes each have a budget of their own (rate_limit.DEFAULT_LIMITS), so that
+# one kind (70 bad logins from a clinic's NAT) never uses up another (refreshing tokens).
+AUTH_ROUTE_CLASSES: dict[str, str] = {
+    "/api/auth/login": "login", "/api/auth/social-login": "login",
+    "/api/auth/mfa/challenge": "login", "/api/auth/mfa/verify": "login",
+    "/api/auth/mfa/disable": "login",
+    "/api/auth/refresh": "refresh",
+    "/api/auth/register": "register",
+    "/api/auth/verify-email": "recovery", "/api/auth/forgot-password": "recovery",
+    "/api/auth/reset-password": "recovery",
+}
 
 OVERRIDES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/auth/me"): Rule(
@@ -185,7 +194,9 @@ def _smart_rules() -> dict[tuple[str, str], Rule]:
 
 
 PLATFORM_RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/healthz"): Rule(PUBLIC, limit="public"),
+    # A load balancer probes as often as it likes: a budget would let its probes (or
+    # anyone's) turn the service "down", and use up the public budget of /fhir/metadata.
+    ("GET", "/healthz"): Rule(PUBLIC, limit=None),
     ("GET", "/openapi.json"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
@@ -220,8 +231,9 @@ def derived_scope(method: str, path: str) -> str:
 
 def spec_rule(area: str, method: str, path: str, access: str) -> Rule:
     """The rule of one spec operation before overrides."""
-    if path in LOGIN_CLASS_PATHS:
-        limit = "login"
+    limit: str
+    if path in AUTH_ROUTE_CLASSES:
+        limit = AUTH_ROUTE_CLASSES[path]
     elif access == PUBLIC:
         limit = "public"
     elif access == WEBHOOK:
@@ -263,6 +275,7 @@ def scope_resources() -> frozenset[str]:
 
 
 SCOPE_ACTIONS = ("read", "write", "*")
+ALL_SCOPES = "*:*"  # every resource, every action; "*" alone means the same
 # API-key scopes that are not <resource>:<read|write>: what a named route alone accepts.
 SPECIAL_SCOPES = frozenset({"smart:register"})
 
@@ -271,7 +284,8 @@ def scope_granted(scopes: frozenset[str], required: str) -> bool:
     if required in scopes:
         return True
     resource, _, action = required.partition(":")
-    return f"{resource}:*" in scopes or f"*:{action}" in scopes or "*:*" in scopes
+    return f"{resource}:*" in scopes or f"*:{action}" in scopes or ALL_SCOPES in scopes \
+        or "*" in scopes
 
 
 # -- matching requests -----------------------------------------------------------------
@@ -478,17 +492,16 @@ class AccessMiddleware:
             state = scope["state"] = {}
         state["access_rule"] = rule  # authenticate_request reads it (API keys, see there)
         auth = self._auth or self._bind(scope["app"])
-        client = scope.get("client")
-        ip = client[0] if client else "unknown"
+        ip = client_origin(scope).address or "unknown"
         if rule.access == PUBLIC or rule.access == WEBHOOK:
-            return await self._spend(auth, rule.limit, "ip:" + ip)
+            return await self._spend(auth, rule.limit, self._anonymous(auth, scope, ip))
         credentials = _credentials(scope)
         if rule.access == MFA_TOKEN:
             scheme, _, token = (credentials.authorization or "").partition(" ")
             if scheme.lower() != "bearer" or not token.strip().startswith("mfa_"):
                 raise missing_token("This completes a login: send Authorization: Bearer "
                                     "<mfa_token from /api/auth/login>")
-            return await self._spend(auth, rule.limit, "ip:" + ip)
+            return await self._spend(auth, rule.limit, self._anonymous(auth, scope, ip))
         # Who and from where matters to API keys only (usage records, audit).
         client_info = (NO_CLIENT if credentials.api_key is None
                        else ClientInfo(ip, credentials.user_agent))
@@ -510,13 +523,25 @@ class AccessMiddleware:
             "user:" + principal.user_id)
         return await self._spend(auth, rule.limit, who)
 
+    @staticmethod
+    def _anonymous(auth: Any, scope: Scope, ip: str) -> str:
+        """Who spends a route's budget without credentials: the device of an earlier
+        sign-in when its cookie comes along (a clinic's staff behind one address do not
+        share one budget with whoever else is there), else the address."""
+        if scope["path"].startswith(DEVICE_COOKIE_PATH):
+            device = auth.devices.read(cookie_value(scope["headers"]))
+            if device is not None:
+                return "device:" + device.id
+        return "ip:" + ip
+
     def _bind(self, app: Any) -> Any:
         """The app's auth service, looked up once (it lives as long as the app)."""
         self._auth = app.state.services.auth
         return self._auth
 
-    async def _spend(self, auth: Any, limit_class: str, client: str) -> Decision | None:
-        if not auth.settings.rate_limit_enabled:
+    async def _spend(self, auth: Any, limit_class: str | None, client: str
+                     ) -> Decision | None:
+        if limit_class is None or not auth.settings.rate_limit_enabled:
             return None
         limiter = auth.limiter
         if isinstance(limiter, MemoryLimiter):  # no coroutine for a dict update
@@ -532,9 +557,11 @@ class AccessMiddleware:
         """Count a 401 against the caller's address. Within the budget a refused API key
         is audited; past it the answer becomes 429 (and nothing more is written), so
         guessing credentials is slow and cannot flood the audit trail. Valid credentials
-        from the same address keep working."""
-        decision: Decision = await auth.limiter.hit("auth_failure", f"ip:{client.ip}")
-        if not decision.allowed:
-            raise rate_limited(decision, "failed authentications") from None
+        from the same address keep working. A per-address budget like the others: off
+        with ``HEALTHPLATFORM_RATE_LIMIT_ENABLED=false``."""
+        if auth.settings.rate_limit_enabled:
+            decision: Decision = await auth.limiter.hit("auth_failure", f"ip:{client.ip}")
+            if not decision.allowed:
+                raise rate_limited(decision, "failed authentications") from None
         if credentials.api_key is not None and refusal.code == "INVALID_API_KEY":
             auth.audit_refused_api_key(credentials.api_key, refusal, client)

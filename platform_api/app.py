@@ -43,12 +43,16 @@ from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
 from platform_api.auth.service import AuthService
 from platform_api.body_limit import BodyLimitMiddleware
+from platform_api.client_origin import trusted_proxies
+from platform_api.cors import CorsMiddleware
 from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import EventBus
 from platform_api.housekeeping import Housekeeping
+from platform_api.json_limits import JsonLimitMiddleware, JsonLimits
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.policy import FHIR_DOOR, Policy
+from platform_api.security_headers import SecurityHeadersMiddleware
 from platform_api.services import Services
 from platform_api.settings import Settings
 
@@ -216,6 +220,7 @@ class PlatformApp(FastAPI):
     request_context: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self  # before Starlette sets it: the request context reads settings
         if self.request_context is not None:
             await self.request_context(scope, receive, send)
         else:
@@ -232,6 +237,7 @@ class PlatformApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
+    trusted_proxies(tuple(settings.trusted_proxies))  # a wrong entry stops the start here
     store = store_from_url(settings.store_url)
     fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
     auth = AuthService(settings, store, fhir=fhir)
@@ -294,10 +300,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(scheduling.router)
     app.include_router(smart.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
-    # → access table (401/403/429) → routes.
+    # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
+    app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
+                                                              settings.max_json_elements))
     app.add_middleware(AccessMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.request_context = RequestContextMiddleware(app.route, access_log=settings.access_log)
+    # Around every route, the fast path's too: security headers, then CORS (preflights
+    # are answered before the access table).
+    app.request_context = RequestContextMiddleware(
+        SecurityHeadersMiddleware(CorsMiddleware(app.route, origins=settings.cors_origins)),
+        access_log=settings.access_log)
     app.fhir_fast_path = FhirFastPath(
         app, next(r for r in fhir_routes if isinstance(r, FhirDispatch)))
     return app

@@ -8,6 +8,7 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -69,10 +70,19 @@ def serve(
     preload_validation()  # before tune_gc freezes it: see fhir_server.validation.preload
     tune_gc()
     tune_threads()
-    uvicorn.run(application, host=settings.http_host, port=settings.http_port,
-                loop="uvloop", http="httptools", access_log=False, log_level="warning",
-                log_config=None, ssl_certfile=settings.tls_cert_file or None,
-                ssl_keyfile=settings.tls_key_file or None)
+    uvicorn.run(application, **server_options(settings))
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """How ``serve`` runs uvicorn. No ``Server`` banner (it tells an attacker what to
+    look up); forwarded headers are read by the app, from the trusted proxies only
+    (``platform_api.client_origin``), never by uvicorn, which would believe them from
+    127.0.0.1 by default (any local process could then pose as any address)."""
+    return {"host": settings.http_host, "port": settings.http_port, "loop": "uvloop",
+            "http": "httptools", "access_log": False, "log_level": "warning",
+            "log_config": None, "ssl_certfile": settings.tls_cert_file or None,
+            "ssl_keyfile": settings.tls_key_file or None, "server_header": False,
+            "proxy_headers": False}
 
 
 @app.command("create-admin")

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field, StringConstraints
 
-from platform_api.access import SCOPE_ACTIONS, SPECIAL_SCOPES, scope_resources
+from platform_api.access import ALL_SCOPES, SCOPE_ACTIONS, SPECIAL_SCOPES, scope_resources
 from platform_api.audit import AuditRecord
 from platform_api.auth.api_keys import key_view
 from platform_api.auth.dependencies import auth_service, client_info, require_user_session
@@ -71,8 +71,11 @@ class IssuedKeyView(KeyView):
 
 
 def check_scopes(scopes: list[str]) -> list[str]:
-    """422 naming the first scope that is not ``<known resource>:<read|write|*>``."""
+    """The scopes to store: ``*`` (everything, as the README long said) is stored as its
+    full form ``*:*``; 422 naming the first scope that is not
+    ``<known resource>:<read|write|*>``."""
     known = scope_resources()
+    scopes = [ALL_SCOPES if scope == "*" else scope for scope in scopes]
     for index, scope in enumerate(scopes):
         if scope in SPECIAL_SCOPES:
             continue

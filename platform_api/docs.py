@@ -17,6 +17,8 @@ from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redi
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import HTMLResponse
 
+from platform_api.security_headers import allow_inline_scripts
+
 __all__ = ["DOCS_URL", "STATIC_URL", "install_docs"]
 
 DOCS_URL = "/docs"
@@ -47,7 +49,7 @@ def install_docs(app: FastAPI) -> None:
     @app.get(DOCS_URL, include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "").rstrip("/")
-        return get_swagger_ui_html(
+        return allow_inline_scripts(get_swagger_ui_html(
             openapi_url=f"{root}{openapi_url}",
             title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
@@ -58,10 +60,10 @@ def install_docs(app: FastAPI) -> None:
             # validatorUrl None: Swagger UI would otherwise send the schema to an
             # online validator.
             swagger_ui_parameters={"validatorUrl": None, **(app.swagger_ui_parameters or {})},
-        )
+        ))
 
     if oauth2_redirect_url:
 
         @app.get(oauth2_redirect_url, include_in_schema=False)
         async def swagger_ui_oauth2_redirect() -> HTMLResponse:
-            return get_swagger_ui_oauth2_redirect_html()
+            return allow_inline_scripts(get_swagger_ui_oauth2_redirect_html())

@@ -20,6 +20,10 @@ T = TypeVar("T")
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+# No list pages deeper than 10,000 items (fhir_server.search.plan.MAX_OFFSET), so no page
+# number beyond that can have items; a bound here keeps absurd numbers (beyond what the
+# store's integers hold) from reaching a query: 422 naming ``page``.
+MAX_PAGE = 10_000
 
 
 class ErrorBody(BaseModel):
@@ -117,7 +121,7 @@ class Pagination:
 
 
 def pagination(
-    page: int = Query(1, ge=1, description="Page number, from 1"),
+    page: int = Query(1, ge=1, le=MAX_PAGE, description="Page number, from 1"),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Items per page"),
 ) -> Pagination:
     """FastAPI dependency for the spec's ``page``/``limit`` query parameters."""

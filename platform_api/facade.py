@@ -34,12 +34,18 @@ access policy, :mod:`platform_api.policy`): a list is **one** FHIR search with `
 so ``meta.total`` counts exactly what the caller may see; a get is a read the policy
 checks (403); a write is checked before it is staged; one unit of work per request, and
 a create answers from what it committed.
+
+Views are robust to records stored before validation caught their shape (a Patient whose
+``name`` holds a list of lists): when ``from_fhir`` (or ``views``) fails on a page, the
+page is rendered again from the resources without the elements the R4 schema refuses
+(:func:`fhir_server.validation.without_invalid_elements`), and the record is logged.
 """
 
 # No ``from __future__ import annotations``: the route functions built here annotate their
 # parameters with the facade's own models, which FastAPI must see as classes.
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypeVar
@@ -52,6 +58,7 @@ from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.search.plan import MAX_OFFSET
 from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
+from fhir_server.validation import without_invalid_elements
 from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
@@ -71,6 +78,10 @@ from platform_api.services import Services
 
 JSON = dict[str, Any]
 Body = TypeVar("Body", bound=BaseModel)
+log = logging.getLogger("healthplatform.facade")
+# What a view function raises on an element of the wrong shape (a string where it reads
+# an object, a list where it reads a string...).
+VIEW_FAULTS = (AttributeError, KeyError, IndexError, TypeError, ValueError)
 
 
 # -- the context every route gets ----------------------------------------------------------
@@ -343,6 +354,22 @@ class Facade:
 
     # -- building blocks ---------------------------------------------------------------------
     async def render(self, ctx: ApiContext, resources: list[JSON]) -> list[JSON]:
+        """The views of ``resources``; those stored with wrongly shaped elements are
+        shown without them (module docstring) rather than failing the request."""
+        try:
+            return await self._render(ctx, resources)
+        except VIEW_FAULTS:
+            sound = [without_invalid_elements(r) for r in resources]
+            mended = [r for r, s in zip(resources, sound, strict=True) if r is not s]
+            if not mended:
+                raise  # a fault of the view itself, not of the records
+            for resource in mended:
+                log.warning("%s/%s is stored with elements FHIR R4 does not allow; its "
+                            "/api view leaves them out", resource.get("resourceType"),
+                            resource.get("id"))
+            return await self._render(ctx, sound)
+
+    async def _render(self, ctx: ApiContext, resources: list[JSON]) -> list[JSON]:
         if self.views is not None:
             return await self.views(ctx, resources)
         return [self.from_fhir(r) for r in resources]

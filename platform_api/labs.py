@@ -112,7 +112,8 @@ def hl7_gateway(services: Services) -> HL7Gateway:
     gateway = services.extras.get(GATEWAY)
     if gateway is None:
         zone = ZoneInfo(services.settings.hl7_default_timezone or "UTC")
-        gateway = HL7Gateway(services.fhir, default_tz=zone)
+        gateway = HL7Gateway(services.fhir, default_tz=zone,
+                             max_segments=services.settings.hl7_max_segments)
         services.extras[GATEWAY] = gateway
     return gateway  # type: ignore[no-any-return]
 

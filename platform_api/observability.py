@@ -28,6 +28,8 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from platform_api.client_origin import client_origin
+
 __all__ = [
     "ACCESS_LOGGER_NAME",
     "JsonFormatter",
@@ -137,14 +139,13 @@ class RequestContextMiddleware:
         method = scope["method"]
         # The path only: FHIR search query strings carry names and birth dates.
         path = scope["path"]
-        client = scope.get("client")
         fields = {
             "request_id": request_id,
             "method": method,
             "path": path,
             "status": status,
             "duration_ms": round((time.perf_counter() - started) * 1000.0, 3),
-            "client_ip": client[0] if client else None,
+            "client_ip": client_origin(scope).address,
             "user_agent": user_agent.decode("latin-1"),
         }
         handler = _sole_json_handler() if not failed else None

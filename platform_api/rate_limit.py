@@ -1,15 +1,28 @@
-"""Rate limits: fixed windows per client and route class, in memory or in Redis.
+"""Rate limits: fixed windows per client and route class, and growing delays after failed
+logins; in memory or in Redis.
 
-A *class* groups routes that share a budget (``read``, ``write``, ``login``, ``mfa``,
-...; the access table in :mod:`platform_api.access` names the class of every route). A
-*client* is who spends it: ``user:<id>``, ``key:<id>`` (API key) or ``ip:<address>``.
-Each (class, client) pair has a counter that starts with its first hit and lives for the
-class's period; past ``requests`` hits in that window the answer is 429 with
-``Retry-After`` (RFC 9110 section 10.2.3) until the window ends.
+A *class* groups routes that share a budget (``read``, ``write``, ``login``,
+``refresh``, ``register``, ...; the access table in :mod:`platform_api.access` names the
+class of every route). A *client* is who spends it: ``user:<id>``, ``key:<id>`` (API
+key), ``device:<id>`` (a browser or app that signed in before, by its device cookie) or
+``ip:<address>``. Each (class, client) pair has a counter that starts with its first hit
+and lives for the class's period; past ``requests`` hits in that window the answer is
+429 with ``Retry-After`` (RFC 9110 section 10.2.3) until the window ends.
+
+**Backoff** (NIST SP 800-63B 5.2.2, throttling without a lockout anyone can trigger):
+failed logins are counted per *source* (:data:`BACKOFFS`): an account's failures from
+unknown devices and addresses, an address's failures whatever the account, and the
+failures of a known device or address on its account. The first ``free`` failures cost
+nothing; after that each one makes the next attempt from that source wait, the wait
+doubling from ``base`` up to ``cap`` seconds; the count is forgotten ``window`` seconds
+after the last failure. An attempt is counted when it starts (so a burst of parallel
+guesses cannot slip through before the first failure is recorded) and forgiven when it
+succeeds. A known device or address is throttled only by its own failures, so an
+attacker guessing elsewhere never stops the account's owner (see ``AuthService.login``).
 
 Two backends behind one interface, chosen by the ``redis_url`` setting:
 
-- :class:`MemoryLimiter` (embedded default): a dict in this process, a few
+- :class:`MemoryLimiter` (embedded default): dicts in this process, a few
   microseconds per hit, nothing shared;
 - :class:`RedisLimiter` (several processes sharing the work): one Lua script per hit,
   so increment, expiry and read are atomic and every process sees the same counts. When
@@ -33,8 +46,11 @@ from platform_api.envelope import ApiError
 
 log = logging.getLogger("healthplatform.rate_limit")
 
-# requests/period-in-seconds per class. Login and MFA are strict on purpose: they are
-# what an attacker guesses against (NIST SP 800-63B 5.2.2 asks for throttling).
+# requests/period-in-seconds per class. The sign-in routes have budgets of their own, so
+# that no one kind of request (70 bad logins, a burst of registrations) uses up another's;
+# per address unless the device cookie of an earlier sign-in names the device: a clinic's
+# staff behind one NAT address keep signing in whatever someone else at that address does.
+# Guessing passwords is throttled by BACKOFFS, not by these budgets.
 DEFAULT_LIMITS: dict[str, str] = {
     "read": "6000/60",  # authenticated GET, per user or API key (100/s)
     "write": "1200/60",  # authenticated POST/PUT/PATCH/DELETE, per user or API key (20/s)
@@ -43,12 +59,40 @@ DEFAULT_LIMITS: dict[str, str] = {
     # e-mail to the address given
     "booking": "30/60",
     "webhook": "600/60",  # signed inbound notifications, per IP
-    # login, registration, refresh, password reset, social login, MFA routes; per IP (a
-    # clinic's staff may share one address: accounts are protected by login_failure)
-    "login": "60/60",
+    "login": "120/60",  # password and social login, the MFA challenge
+    "refresh": "600/60",  # token refresh (every app of a NAT refreshes every 15 minutes)
+    "register": "60/3600",  # new accounts
+    "recovery": "30/600",  # e-mail links: verify, forgot and reset password
     "mfa": "10/300",  # TOTP and recovery-code attempts, per account
-    "login_failure": "10/900",  # wrong passwords for one account (then 429 until reset)
     "auth_failure": "60/60",  # requests refused with 401 (bad token or key), per IP
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Growing delays after failures (module docstring)."""
+
+    free: int  # failures that cost nothing
+    base: float  # seconds of the first delay, doubled with each failure after it
+    cap: float  # the longest delay
+    window: float  # seconds after the last failure when the count is forgotten
+
+    def delay(self, failures: int) -> float:
+        """How long after the last failure the next attempt must wait."""
+        if failures < self.free:
+            return 0.0
+        return min(self.base * 2.0 ** min(failures - self.free, 60), self.cap)
+
+
+# The sources of failed logins (see AuthService.login). An account's guesses from unknown
+# places: 5 free, then 1 s, 2 s, 4 s ... up to 15 minutes between guesses: 100 guesses
+# take more than a day (NIST: at most 100 consecutive failures). An address: 20 free
+# (a clinic's NAT), up to 5 minutes. A known device or address on its own account: 10
+# free, up to 5 minutes, counted apart from everyone else's.
+BACKOFFS: dict[str, Backoff] = {
+    "account": Backoff(free=5, base=1.0, cap=900.0, window=24 * 3600.0),
+    "address": Backoff(free=20, base=1.0, cap=300.0, window=3600.0),
+    "known": Backoff(free=10, base=1.0, cap=300.0, window=3600.0),
 }
 
 
@@ -116,8 +160,15 @@ class RateLimiter(Protocol):
     async def hit(self, rule: str, client: str) -> Decision: ...
     async def peek(self, rule: str, client: str) -> Decision: ...
     async def reset(self, rule: str, client: str) -> None: ...
+    async def attempt(self, backoff: Backoff, client: str) -> Decision: ...
+    async def forgive(self, client: str) -> None: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
+
+
+def _backoff_decision(backoff: Backoff, allowed: bool, failures: int, wait: float
+                      ) -> Decision:
+    return Decision(allowed, backoff.free, max(0, backoff.free - failures), wait)
 
 
 def parse_limits(overrides: Mapping[str, str]) -> dict[str, Limit]:
@@ -136,6 +187,8 @@ class MemoryLimiter:
     def __init__(self, limits: Mapping[str, Limit]):
         self.limits = dict(limits)
         self._windows: dict[str, list[float]] = {}
+        # backoff client -> [failures, monotonic time of the last one, forgotten after]
+        self._failures: dict[str, list[float]] = {}
 
     def limit_of(self, rule: str) -> Limit:
         return self.limits[rule]
@@ -170,16 +223,43 @@ class MemoryLimiter:
 
     async def reset(self, rule: str, client: str) -> None:
         self._windows.pop(f"{rule}|{client}", None)
+        if rule == "backoff":
+            self._failures.pop(client, None)
+
+    async def attempt(self, backoff: Backoff, client: str) -> Decision:
+        """Count an attempt from ``client`` as a failure until it is forgiven; refused
+        (nothing counted) while the delay after its last failure runs."""
+        now = time.monotonic()
+        state = self._failures.get(client)
+        if state is None or state[2] <= now:
+            if len(self._failures) >= self.SWEEP_AT:
+                self._sweep(now)
+            state = [0.0, -math.inf, 0.0]
+        failures = int(state[0])
+        wait = state[1] + backoff.delay(failures) - now
+        if wait > 0:
+            return _backoff_decision(backoff, False, failures, wait)
+        self._failures[client] = [failures + 1, now, now + backoff.window]
+        return _backoff_decision(backoff, True, failures + 1, 0.0)
+
+    async def forgive(self, client: str) -> None:
+        """The attempt succeeded: it is no failure."""
+        state = self._failures.get(client)
+        if state is not None:
+            state[0] = max(0.0, state[0] - 1)
 
     async def ping(self) -> bool:
         return True
 
     async def close(self) -> None:
         self._windows.clear()
+        self._failures.clear()
 
     def _sweep(self, now: float) -> None:
         for key in [k for k, w in self._windows.items() if w[0] <= now]:
             del self._windows[key]
+        for key in [k for k, f in self._failures.items() if f[2] <= now]:
+            del self._failures[key]
 
 
 # INCR and PEXPIRE in one step: the window starts with its first hit, and no process can
@@ -190,6 +270,26 @@ if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
 return {count, ttl}
+"""
+
+
+# A backoff attempt (see MemoryLimiter.attempt) in one step, on the Redis server's clock
+# (the processes' clocks may differ): {allowed, failures, wait in ms}.
+_ATTEMPT_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local failures = tonumber(redis.call('HGET', KEYS[1], 'f') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], 'l') or '0')
+local free, base, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local delay = 0
+if failures >= free then delay = math.min(base * 2 ^ math.min(failures - free, 60), cap) end
+if failures > 0 and last + delay > now then return {0, failures, last + delay - now} end
+redis.call('HSET', KEYS[1], 'f', failures + 1, 'l', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1, failures + 1, 0}
+"""
+_FORGIVE_SCRIPT = """
+if redis.call('HINCRBY', KEYS[1], 'f', -1) < 0 then redis.call('HSET', KEYS[1], 'f', 0) end
 """
 
 
@@ -207,6 +307,8 @@ class RedisLimiter:
             url, socket_timeout=0.25, socket_connect_timeout=0.25
         )
         self._script: Any = self._redis.register_script(_HIT_SCRIPT)
+        self._attempt: Any = self._redis.register_script(_ATTEMPT_SCRIPT)
+        self._forgive: Any = self._redis.register_script(_FORGIVE_SCRIPT)
         self._fallback = MemoryLimiter(limits)
         self._warned_at = -math.inf
 
@@ -247,6 +349,26 @@ class RedisLimiter:
         await self._fallback.reset(rule, client)
         try:
             await self._redis.delete(self._key(rule, client))
+        except Exception as exc:  # as in hit()
+            self._warn(exc)
+
+    async def attempt(self, backoff: Backoff, client: str) -> Decision:
+        try:
+            allowed, failures, wait_ms = await self._attempt(
+                keys=[self._key("backoff", client)],
+                args=[backoff.free, int(backoff.base * 1000), int(backoff.cap * 1000),
+                      int(backoff.window * 1000)])
+        except Exception as exc:  # as in hit()
+            self._warn(exc)
+            return await self._fallback.attempt(backoff, client)
+        return _backoff_decision(backoff, bool(allowed), int(failures), int(wait_ms) / 1000)
+
+    async def forgive(self, client: str) -> None:
+        await self._fallback.forgive(client)
+        key = self._key("backoff", client)
+        try:
+            if await self._redis.exists(key):
+                await self._forgive(keys=[key])
         except Exception as exc:  # as in hit()
             self._warn(exc)
 

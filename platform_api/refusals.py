@@ -13,7 +13,8 @@ from fhir_server.outcome import FhirError
 from platform_api.envelope import ApiError, error_response
 
 # OperationOutcome.issue.code (http://hl7.org/fhir/issue-type) per HTTP status.
-_FHIR_ISSUE_CODES = {401: "login", 403: "forbidden", 413: "too-costly", 429: "throttled"}
+_FHIR_ISSUE_CODES = {400: "invalid", 401: "login", 403: "forbidden", 413: "too-costly",
+                     429: "throttled"}
 
 
 def is_fhir_path(path: str) -> bool:

@@ -79,6 +79,20 @@ class Settings(BaseSettings):
     rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
                                         'per class, e.g. {"read": "1200/60"}')
 
+    # Hardening (issue 14): request bounds, proxies, CORS (platform_api/json_limits,
+    # client_origin, cors)
+    max_json_depth: int = Field(default=100, ge=2, description="JSON bodies nesting deeper "
+                                "are refused (400) before they are parsed")
+    max_json_elements: int = Field(default=200_000, ge=1, description="JSON bodies with more "
+                                   "elements (object members, array items) are refused (413)")
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="Addresses or networks (CIDR) of the reverse proxies "
+        "whose X-Forwarded-For / X-Forwarded-Proto are believed; empty: none")
+    hl7_max_segments: int = Field(default=10_000, ge=1, description="HL7v2 messages with "
+                                  "more segments are refused (AR) before they are mapped")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="Origins (https://app.example.org) of the browser "
+        "apps allowed to call /api and /fhir; discovery is open to any origin")
     # Scheduling and telemedicine (platform_api/scheduling): the slot horizon's upkeep and
     # the video platform's server API (LiveKit RoomService over Twirp)
     scheduling_upkeep_interval_seconds: float = Field(

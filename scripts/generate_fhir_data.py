@@ -58,8 +58,25 @@ def r4_json_schema(source: Path, types: list[str]) -> dict[str, Any]:
         kept[name] = _without_descriptions(definitions[name])
         pending += [ref.rsplit("/", 1)[1] for ref in _refs(kept[name]) if ref not in kept]
     _add_element_rules(kept, _elements(source))
+    _close_value_types(kept)
     return {"$schema": schema["$schema"], "id": schema["id"],
             "definitions": dict(sorted(kept.items()))}
+
+
+def _close_value_types(definitions: dict[str, Any]) -> None:
+    """Say what JSON value each complex type and the xhtml type are.
+
+    The published schema describes a complex type (CodeableConcept, Reference, HumanName,
+    Extension, a backbone element, a resource) by its ``properties`` alone, without
+    ``"type": "object"``; JSON Schema applies ``properties`` to objects only, so a string,
+    a number, a list or null where an object is required passed:
+    ``"code": "abc"``, ``"subject": "Patient/1"``, ``"name": [["Amina"]]``,
+    ``"extension": [1]``. ``xhtml`` (``Narrative.div``) has no rule at all; it is a string.
+    """
+    for definition in definitions.values():
+        if "properties" in definition:
+            definition["type"] = "object"
+    definitions["xhtml"] = {"type": "string"}
 
 
 def _elements(source: Path) -> dict[str, dict[str, Any]]:

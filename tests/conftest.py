@@ -55,7 +55,8 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 async def register_and_login(client: httpx.AsyncClient, *, first_name: str = "Amina",
                              last_name: str = "Odhiambo", role: str | None = None,
                              email: str | None = None) -> dict[str, Any]:
-    """Register a fresh user and log in; returns {user, token, headers}."""
+    """Register a fresh user and log in; returns {user, token, refresh_token, device (the
+    device cookie), headers}."""
     email = email or f"user{next(_users)}@clinic.example.org"
     payload: dict[str, Any] = {"email": email, "password": "correct horse battery",
                                "first_name": first_name, "last_name": last_name}
@@ -68,6 +69,7 @@ async def register_and_login(client: httpx.AsyncClient, *, first_name: str = "Am
     assert login.status_code == 200, login.text
     data = login.json()["data"]
     return {"user": data["user"], "token": data["token"],
+            "refresh_token": data["refresh_token"], "device": login.cookies.get("hp_device"),
             "headers": {"Authorization": f"Bearer {data['token']}"}}
 
 

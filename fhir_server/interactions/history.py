@@ -24,14 +24,16 @@ from fhir_server.search.dates import date_range
 
 DEFAULT_COUNT = 50
 MAX_COUNT = 1000
+MAX_INTEGER = 2**63 - 1  # a cursor is a position in the store's write order (64 bits)
 
 
 def _int_param(request: Request, name: str, default: int | None) -> int | None:
     value = request.query_params.get(name)
     if value is None:
         return default
-    if not value.isdigit():
-        raise FhirError.of(400, "value", f"{name} must be a non-negative integer", name)
+    if not value.isdecimal() or int(value) > MAX_INTEGER:
+        raise FhirError.of(400, "value", f"{name} must be an integer from 0 to {MAX_INTEGER}",
+                           name)
     return int(value)
 
 

@@ -18,7 +18,7 @@ async def transaction_or_batch(ctx: FhirContext, request: Request) -> Response:
     """``POST [base]``: a transaction or batch Bundle."""
     check_format(request)
     size = request.headers.get("content-length", "")
-    with cyclic_gc_deferred(size.isdigit() and int(size) > 64 * 1024):  # parsing included
+    with cyclic_gc_deferred(size.isdecimal() and int(size) > 64 * 1024):  # parsing included
         body = await read_json_body(request)
         result = await process_bundle(ctx.service, body, access=ctx.caller(request).access,
                                       base_url=ctx.fhir_base(request),

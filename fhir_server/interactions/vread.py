@@ -13,7 +13,7 @@ from fhir_server.outcome import FhirError
 async def vread(ctx: FhirContext, request: Request, resource_type: str, resource_id: str,
                 version_id: str) -> Response:
     check_format(request)
-    if not version_id.isdigit():
+    if not version_id.isdecimal():
         raise FhirError.of(404, "not-found", f"Unknown version {version_id!r}")
     stored = await ctx.caller(request).read(resource_type, resource_id, int(version_id))
     return resource_response(stored)

@@ -340,13 +340,13 @@ def parse_search(
 
 def _result_parameter(ctx: _Context, plan: SearchPlan, name: str, value: str) -> None:
     if name == "_count":
-        if not value.isdigit():
+        if not value.isdecimal():
             raise SearchError("_count must be a non-negative integer", name)
         plan.count = min(int(value), MAX_COUNT)
     elif name == "_offset":
         # As HAPI FHIR and Blaze read it: skip this many matches. Bounded, because each
         # page walks every skipped match again; deeper pages follow the next links.
-        if not value.isdigit() or int(value) > MAX_OFFSET:
+        if not value.isdecimal() or int(value) > MAX_OFFSET:
             raise SearchError(f"_offset must be an integer from 0 to {MAX_OFFSET}; page "
                               "further by following the next links", name)
         plan.offset = int(value)

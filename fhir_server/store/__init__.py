@@ -27,6 +27,7 @@ from fhir_server.store.port import (
     StoredResource,
     StoreError,
     UnitOfWork,
+    UnstorableResource,
     VersionConflict,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "StoreError",
     "StoredResource",
     "UnitOfWork",
+    "UnstorableResource",
     "VersionConflict",
     "store_from_url",
 ]

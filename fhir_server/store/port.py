@@ -95,6 +95,16 @@ class InvalidSearch(StoreError):
     """A search the adapter cannot run as asked (HTTP 400)."""
 
 
+class UnstorableResource(StoreError):
+    """A staged resource cannot be written as JSON text (nested deeper than the encoder
+    allows, an integer beyond 64 bits...): its own unit of work fails (HTTP 400), never
+    the others committed with it."""
+
+    def __init__(self, resource_type: str, resource_id: str, reason: str):
+        self.resource_type, self.resource_id = resource_type, resource_id
+        super().__init__(f"{resource_type}/{resource_id} cannot be stored: {reason}")
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResource:
     """One version of a resource as stored. ``body`` is the JSON text including ``meta``."""

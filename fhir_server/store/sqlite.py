@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -240,6 +241,9 @@ def _upgrade_index_schema(conn: sqlite3.Connection) -> bool:
     return has_data
 
 
+_MAX_INTEGER = 2**63 - 1  # SQLite's largest: no version, rid or seq goes beyond
+
+
 def now_instant() -> str:
     """The current time as a FHIR instant in UTC with microseconds (sortable as text)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -310,7 +314,7 @@ class SQLiteStore:
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self) -> None:
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _private_files(Path(self.path))
         conn = _connect(self.path, self.cache_mb)
         await _switch_to_wal(conn)
         conn.executescript(_SCHEMA)
@@ -429,7 +433,7 @@ class SQLiteStore:
             "SELECT type, id, version, last_updated, deleted, body, method FROM versions "
             "WHERE type = ? AND id = ? AND version = ?",
             (resource_type, id, version),
-        ).fetchone()
+        ).fetchone() if 0 < version <= _MAX_INTEGER else None
         if row is None:
             raise ResourceNotFound(resource_type, id, str(version))
         stored = _stored(row)
@@ -552,11 +556,11 @@ class SQLiteStore:
         while the loop goes on)."""
         try:
             conn.execute("BEGIN IMMEDIATE")
-            outcomes, pending = self._apply_batch(conn, batch)
+            outcomes, bulk = self._apply_batch(conn, batch)
             if self._marks:  # after the units: an optimistic batch's restart redoes them
                 self._marking, self._marks = self._marks, []
                 _mark(conn, self._marking)
-            return outcomes, pending.bulk_parameters(conn)
+            return outcomes, bulk
         except BaseException:
             self._rollback(conn)
             self._unmark()
@@ -595,30 +599,33 @@ class SQLiteStore:
             self.notify_outbox()
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: Sequence[_Submitted]
-                     ) -> tuple[list[BaseException | None], _PendingIndex]:
-        """Apply every unit: each unit's error (or None), and the index rows still to
-        insert. Optimistic: units almost never fail, so they run without savepoints (a
-        savepoint journals every page it changes and costs ~0.4 ms to release) and their
-        index rows wait for the end of the batch; when one fails, the batch starts over
-        with a savepoint around each unit, so that one alone rolls back."""
+                     ) -> tuple[list[BaseException | None], Sequence[str | None] | None]:
+        """Apply every unit: each unit's error (or None), and the parameters of the bulk
+        index statement still to run. Optimistic: units almost never fail, so they run
+        without savepoints (a savepoint journals every page it changes and costs ~0.4 ms
+        to release) and their index rows wait for the end of the batch; when anything
+        fails, whatever the step (a version check, a body the JSON encoder refuses, an
+        index row SQLite cannot bind, a callback), the batch starts over with a savepoint
+        around each unit, so that the unit at fault alone rolls back and gets the error:
+        one client's bad write never fails the others committed with it."""
         pending = _PendingIndex()
         try:
             for unit in batch:
                 self._apply_unit(conn, unit, pending)
-            return [None] * len(batch), pending
-        except (StoreError, sqlite3.Error):
+            return [None] * len(batch), pending.bulk_parameters(conn)
+        except Exception:
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             for unit in batch:
                 reset(unit.writes)
-        return [self._apply_savepoint(conn, unit) for unit in batch], _PendingIndex()
+        return [self._apply_savepoint(conn, unit) for unit in batch], None
 
     def _apply_savepoint(self, conn: sqlite3.Connection, unit: _Submitted
                          ) -> BaseException | None:
         conn.execute("SAVEPOINT unit")
         try:
             self._apply_unit(conn, unit)
-        except (StoreError, sqlite3.Error) as exc:
+        except Exception as exc:
             conn.execute("ROLLBACK TO unit")
             conn.execute("RELEASE unit")
             reset(unit.writes)
@@ -1021,6 +1028,29 @@ def _mark(conn: sqlite3.Connection, event_ids: Sequence[str]) -> None:
     if event_ids:
         conn.execute("UPDATE outbox SET dispatched = 1 WHERE id IN "
                      "(SELECT value FROM json_each(?))", (orjson.dumps(list(event_ids)).decode(),))
+
+
+def _private_files(path: Path) -> None:
+    """Health data is for the service's user alone: the store's directory is made 0700
+    when it is made here (one that exists is left as it is, with a warning when others
+    may read it: it may be shared on purpose, and is not ours to change), and the
+    database file 0600 before SQLite first opens it, so that its WAL and shared-memory
+    files, which SQLite gives the database file's mode, are 0600 too (SQLite's default
+    is 0644). The files of a store made before this are narrowed to 0600."""
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    elif directory.stat().st_mode & 0o077:
+        log.warning("the store's directory %s may be read by other users; chmod 700 it",
+                    directory)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if name.stat().st_mode & 0o077:
+                name.chmod(0o600)
+                log.warning("%s could be read by other users: narrowed to 0600", name)
+        except FileNotFoundError:
+            continue
 
 
 def _connect(path: str, cache_mb: int) -> sqlite3.Connection:

@@ -18,7 +18,9 @@ needed) — and :func:`decide` answers with the rules FHIR and the port set:
 
 A write that writes nothing is marked ``unchanged`` (no resource event, no new version).
 The adapter then stores what :func:`decide` returns, in the same atomic step as the
-checks it read.
+checks it read. A body the JSON encoder refuses (nested deeper than it allows, an integer
+beyond 64 bits) is :class:`UnstorableResource`: a failure of that write's unit of work
+alone, like a version conflict, never of the others committed with it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from fhir_server.store.port import ResourceExists, StagedWrite, VersionConflict
+from fhir_server.store.port import (
+    ResourceExists,
+    StagedWrite,
+    UnstorableResource,
+    VersionConflict,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,7 @@ def content_digest(w: StagedWrite) -> bytes:
             resource["meta"] = meta
         else:
             del resource["meta"]
-    return hashlib.blake2b(orjson.dumps(resource, option=orjson.OPT_SORT_KEYS),
+    return hashlib.blake2b(_json_text(w, resource, orjson.OPT_SORT_KEYS),
                            digest_size=16).digest()
 
 
@@ -107,4 +114,11 @@ def versioned_body(w: StagedWrite, version: int, instant: str) -> bytes:
     meta["versionId"] = str(version)
     meta["lastUpdated"] = instant
     resource["meta"] = meta
-    return orjson.dumps(resource)
+    return _json_text(w, resource)
+
+
+def _json_text(w: StagedWrite, resource: dict[str, object], option: int = 0) -> bytes:
+    try:
+        return orjson.dumps(resource, option=option)
+    except orjson.JSONEncodeError as exc:
+        raise UnstorableResource(w.resource_type, w.id, str(exc)) from None

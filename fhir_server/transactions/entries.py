@@ -196,7 +196,7 @@ async def read_entry(fhir: CallerFhir, entry: Entry, base_url: str) -> dict[str,
         return {"resource": result, "response": {"status": "200 OK"}}
     version = None
     if entry.version is not None:
-        if not entry.version.isdigit():
+        if not entry.version.isdecimal():
             raise FhirError.of(404, "not-found", f"Unknown version {entry.version!r}")
         version = int(entry.version)
     stored = await fhir.read(kind, entry.resource_id, version)

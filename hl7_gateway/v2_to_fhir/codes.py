@@ -81,7 +81,7 @@ def code_system_uri(name: str, sender: str) -> str | None:
     if known:
         return known  # type: ignore[no-any-return]
     upper = name.upper()
-    if upper.startswith("HL7") and upper[3:].isdigit():
+    if upper.startswith("HL7") and upper[3:].isdecimal():
         return table_system(upper[3:].zfill(4))
     if _is_oid(name):
         return f"urn:oid:{name}"
@@ -92,7 +92,7 @@ def code_system_uri(name: str, sender: str) -> str | None:
 
 def _is_oid(value: str) -> bool:
     parts = value.split(".")
-    return len(parts) > 2 and all(p.isdigit() for p in parts)
+    return len(parts) > 2 and all(p.isdecimal() for p in parts)
 
 
 def immunization_observation(loinc: str) -> str | None:

@@ -130,7 +130,7 @@ def _marital_status(pid: Segment) -> JSON | None:
 
 def _multiple_birth(patient: JSON, pid: Segment) -> None:
     order = pid.field(25).strip()
-    if order.isdigit():
+    if order.isdecimal():
         patient["multipleBirthInteger"] = int(order)
     elif pid.field(24).strip().upper() in {"Y", "N"}:
         patient["multipleBirthBoolean"] = pid.field(24).strip().upper() == "Y"

@@ -10,9 +10,10 @@ one hash, so revocation is seen at once by every process.
 Documents:
 
 - ``api_keys/<id>``: ``{user_id, name, scopes, secret_hash, grace, status (active |
-  revoked), created_at, rotated_at, revoked_at}``; ``grace`` lists the hashes of
-  replaced secrets with the time they stop working (rotation keeps the old secret
-  valid for 24 hours, spec: Limits);
+  revoked), created_at, rotated_at, revoked_at}``; ``grace`` holds the hash of the
+  secret the last rotation replaced, with the time it stops working (rotation keeps the
+  previous secret valid for 24 hours, spec: Limits; the ones before it stop at once: a
+  rotation after a leak must not leave every earlier secret working for a day);
 - ``api_key_usage/<id>``: ``{last_used_at, last_used_ip}``, kept apart so that the
   usage write (at most once a minute per key and process) can never race a revocation
   into undoing it.
@@ -136,13 +137,13 @@ class ApiKeys:
         return views, total
 
     async def rotate(self, doc: JSON, uow: UnitOfWork) -> IssuedKey:
-        """Stage a new secret; the current one keeps working for ``GRACE_SECONDS``."""
+        """Stage a new secret; the current one keeps working for ``GRACE_SECONDS``, the
+        ones before it stop now."""
         if doc["status"] != ACTIVE:
             raise conflict("KEY_REVOKED", "A revoked API key cannot be rotated")
         now = time.time()
         secret = _random(SECRET_LENGTH)
-        grace = [g for g in doc.get("grace", []) if parse_rfc3339(g["expires_at"]) > now]
-        grace.append({"hash": doc["secret_hash"], "expires_at": rfc3339(now + GRACE_SECONDS)})
+        grace = [{"hash": doc["secret_hash"], "expires_at": rfc3339(now + GRACE_SECONDS)}]
         rotated = {**doc, "secret_hash": secret_hash(secret), "grace": grace,
                    "rotated_at": rfc3339(now)}
         uow.put_document(KEYS, doc["id"], rotated)

@@ -20,9 +20,11 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from platform_api.audit import ClientInfo
+from platform_api.auth.devices import COOKIE, KnownDevice
 from platform_api.auth.errors import missing_token
 from platform_api.auth.principal import Principal
 from platform_api.auth.service import AuthService
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, forbidden
 
 # Declared so /docs shows the lock and the "Authorize" button; parsing is done below,
@@ -59,9 +61,14 @@ def bearer_token(request: Request) -> str | None:
 
 
 def client_info(request: Request) -> ClientInfo:
-    """The caller's address and user agent, for the audit trail."""
-    client = request.client
-    return ClientInfo(client.host if client else None, request.headers.get("user-agent"))
+    """The caller's address (:func:`platform_api.client_origin.client_origin`) and user
+    agent, for the audit trail."""
+    return ClientInfo(client_origin(request.scope).address, request.headers.get("user-agent"))
+
+
+def known_device(request: Request) -> KnownDevice | None:
+    """The device a sign-in request comes from, by its ``hp_device`` cookie."""
+    return auth_service(request).devices.read(request.cookies.get(COOKIE))
 
 
 async def authenticate_request(request: Request) -> Principal:

@@ -173,7 +173,7 @@ class MfaService:
         user_id = factor["user_id"]
         await self._spend_attempt(user_id)
         normalized = _normalize(code)
-        if len(normalized) != 6 or not normalized.isdigit():
+        if len(normalized) != 6 or not normalized.isdecimal():
             raise invalid_code("a TOTP code has 6 digits")
         totp = pyotp.TOTP(self.box.open(factor["secret"], user_id))
         try:

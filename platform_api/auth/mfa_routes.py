@@ -17,6 +17,7 @@ from platform_api.audit import MINOR_FAILURE, AuditRecord
 from platform_api.auth.dependencies import (
     auth_service,
     client_info,
+    known_device,
     require_user_session,
 )
 from platform_api.auth.errors import missing_token
@@ -28,7 +29,7 @@ from platform_api.auth.schemas import (
     MfaDisabled,
     MfaEnrollment,
     Session,
-    session_data,
+    session_answer,
 )
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, JSONResponse, ok
 
@@ -81,9 +82,9 @@ async def challenge(body: MfaCodeRequest, request: Request) -> JSONResponse:
     if scheme.lower() != "bearer" or not token.strip():
         raise missing_token("This completes a login: send Authorization: Bearer "
                             "<mfa_token from /api/auth/login>")
-    result = await auth_service(request).complete_mfa_login(token.strip(), body.code,
-                                                            client_info(request))
-    return ok(session_data(result), headers=NO_STORE)
+    result = await auth_service(request).complete_mfa_login(
+        token.strip(), body.code, client_info(request), known_device(request))
+    return session_answer(result, request)
 
 
 @router.post("/disable", response_model=Envelope[MfaDisabled],

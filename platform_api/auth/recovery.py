@@ -9,6 +9,9 @@ same, at once, whether or not an account has that address: the lookup, the token
 the SMTP conversation happen after the response (:meth:`AuthService.spawn`), so neither
 the answer nor its timing tells an attacker which addresses are registered.
 
+A registration with an address that already has an account answers as for a new one
+(``AuthService.register``) and this module tells the owner by e-mail instead.
+
 A password reset marks the token used, retires the account's other reset links, sets the
 new password, revokes every session (refresh families and their access tokens) and
 clears the failed-login count; it also proves the mailbox, so the address is verified.
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from platform_api.audit import AuditRecord, ClientInfo
 from platform_api.auth import users
+from platform_api.auth.devices import KnownDevice
 from platform_api.auth.one_time import (
     EMAIL_VERIFICATION,
     PASSWORD_RESET,
@@ -84,6 +88,27 @@ class AccountEmails:
             f"The link works once, for {_hours(ttl)}. {closing}\n"
         ))
 
+    # -- a registration with a taken address ----------------------------------------------
+    def send_registration_notice_later(self, user: JSON) -> None:
+        """Someone tried to register ``user``'s address: tell its owner (the answer to the
+        registration was the same as for a new address)."""
+        self.auth.spawn(self._send_registration_notice(user), "registration notice e-mail")
+
+    async def _send_registration_notice(self, user: JSON) -> None:
+        settings = self.auth.settings
+        subject = f"Someone tried to create a {settings.service_name} account for you"
+        if not self.auth.mailer.enabled:
+            self.auth.mailer.report_disabled(subject)
+            return
+        base = (settings.web_app_url or settings.public_base_url).rstrip("/")
+        await self.auth.mailer.send(user["email"], subject, (
+            f"Hello {user['first_name']},\n\nSomeone tried to create a "
+            f"{settings.service_name} account with this e-mail address, which already has "
+            "one. No new account was made and nothing of yours changed.\n\n"
+            f"If it was you: log in at {base}, or choose a new password at "
+            f"{base}/forgot-password if you forgot it. If it was not you, ignore this "
+            "message.\n"))
+
     async def verify_email(self, token: str, client: ClientInfo) -> JSON:
         """Mark the address of the token's account verified; returns the account."""
         doc = await self.auth.one_time.find(EMAIL_VERIFICATION, token)
@@ -119,12 +144,14 @@ class AccountEmails:
             "Resetting signs you out everywhere. If you did not ask for this, ignore this "
             "message: your password stays as it is.")
 
-    async def reset_password(self, token: str, password: str, client: ClientInfo) -> None:
+    async def reset_password(self, token: str, password: str, client: ClientInfo,
+                             device: KnownDevice | None = None) -> None:
         users.check_password(password)
         doc = await self.auth.one_time.find(PASSWORD_RESET, token)
         user = await self.auth.store.get_document(users.COLLECTION, doc["user_id"])
         if user is None or user["status"] != users.ACTIVE:
             raise invalid(PASSWORD_RESET, "not valid")
+        users.check_password(password, self.auth.password_context(user))
         changed = {**user, "password_hash": await self.auth.passwords.hash_async(password),
                    "email_verified": True}
         async with self.auth.store.unit_of_work() as uow:
@@ -138,7 +165,7 @@ class AccountEmails:
             await commit_use(uow, PASSWORD_RESET)
         self.auth.invalidate_user(user["id"])
         await self.auth.revoke_sessions(user["id"], "password reset")
-        await self.auth.limiter.reset("login_failure", f"account:{user['email']}")
+        await self.auth.password_reset(user, device)
 
     async def _new_token(self, purpose: Purpose, user: JSON, ttl: int) -> str:
         async with self.auth.store.unit_of_work() as uow:

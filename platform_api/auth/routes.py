@@ -2,7 +2,7 @@
 login, referral codes; the MFA routes are in ``mfa_routes`` and included here.
 
 Every answer is the /api envelope; refusals are ``ApiError`` with these codes:
-``EMAIL_TAKEN`` 409, ``INVALID_CREDENTIALS`` 401, ``ACCOUNT_SUSPENDED`` 403,
+``INVALID_CREDENTIALS`` 401, ``ACCOUNT_SUSPENDED`` 403,
 ``INVALID_REFRESH_TOKEN`` / ``REFRESH_TOKEN_REUSED`` 401, ``UNAUTHORIZED`` /
 ``INVALID_TOKEN`` / ``TOKEN_EXPIRED`` 401, ``INVALID_RESET_TOKEN`` /
 ``INVALID_VERIFICATION_TOKEN`` 400, ``INVALID_ID_TOKEN`` 401, ``EMAIL_NOT_VERIFIED``
@@ -25,6 +25,7 @@ from platform_api.auth.dependencies import (
     bearer_token,
     client_info,
     current_principal,
+    known_device,
 )
 from platform_api.auth.errors import invalid_token, missing_token, validation_error
 from platform_api.auth.mfa_routes import router as mfa_router
@@ -44,6 +45,7 @@ from platform_api.auth.schemas import (
     SocialLoginRequest,
     User,
     VerifyEmailRequest,
+    session_answer,
     session_data,
 )
 from platform_api.auth.service import LoginResult, MfaRequired
@@ -60,19 +62,20 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorEnvelope} for status in statuses}
 
 
-def login_answer(result: LoginResult | MfaRequired) -> JSONResponse:
+def login_answer(result: LoginResult | MfaRequired, request: Request) -> JSONResponse:
     if isinstance(result, MfaRequired):
         return ok(MfaPending(mfa_token=result.mfa_token, expires_in=result.expires_in)
                   .model_dump(), headers=NO_STORE)
-    return ok(session_data(result), headers=NO_STORE)
+    return session_answer(result, request)
 
 
 @router.post(
     "/register",
     status_code=201,
     response_model=Envelope[User],
-    responses=errors(409, 422, 429),
-    summary="Register a user (a verification e-mail follows)",
+    responses=errors(422, 429),
+    summary="Register a user (a verification e-mail follows; an address already "
+            "registered gets the same answer, and its owner an e-mail)",
 )
 async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     user = await auth_service(request).register(
@@ -94,8 +97,9 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     summary="Authenticate: a token pair, or an MFA challenge when the account has MFA",
 )
 async def login(body: LoginRequest, request: Request) -> JSONResponse:
-    result = await auth_service(request).login(body.email, body.password, client_info(request))
-    return login_answer(result)
+    result = await auth_service(request).login(body.email, body.password, client_info(request),
+                                               known_device(request))
+    return login_answer(result, request)
 
 
 @router.post(
@@ -173,7 +177,8 @@ async def forgot_password(body: ForgotPasswordRequest, request: Request) -> JSON
 )
 async def reset_password(body: ResetPasswordRequest, request: Request) -> JSONResponse:
     await auth_service(request).emails.reset_password(body.token, body.password,
-                                                      client_info(request))
+                                                      client_info(request),
+                                                      known_device(request))
     return ok(Accepted(message="Password changed; log in with the new password.")
               .model_dump())
 
@@ -186,9 +191,9 @@ async def reset_password(body: ResetPasswordRequest, request: Request) -> JSONRe
 )
 async def social_login(body: SocialLoginRequest, request: Request) -> JSONResponse:
     result = await auth_service(request).social.login(
-        body.provider, body.id_token, body.nonce, body.referral_code, client_info(request)
-    )
-    return login_answer(result)
+        body.provider, body.id_token, body.nonce, body.referral_code, client_info(request),
+        known_device(request))
+    return login_answer(result, request)
 
 
 @router.get(

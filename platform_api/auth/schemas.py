@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, EmailStr, Field, StringConstraints
+from starlette.requests import Request
 
+from platform_api.auth import devices
 from platform_api.auth.users import MIN_PASSWORD_LENGTH, RegistrationRole
+from platform_api.client_origin import client_origin
+from platform_api.envelope import JSONResponse, ok
 
 if TYPE_CHECKING:
     from platform_api.auth.service import LoginResult
@@ -160,3 +164,15 @@ def session_data(result: LoginResult) -> dict[str, Any]:
         "expires_in": result.tokens.expires_in,
         "mfa_required": False,
     }
+
+
+def session_answer(result: LoginResult, request: Request) -> JSONResponse:
+    """A finished sign-in: the ``Session`` (never cached, RFC 6749 5.1), and the device
+    cookie that makes this browser or app a known device of the account
+    (:mod:`platform_api.auth.devices`)."""
+    answer = ok(session_data(result), headers={"Cache-Control": "no-store"})
+    if result.device_cookie is not None:
+        answer.set_cookie(devices.COOKIE, result.device_cookie, max_age=devices.MAX_AGE,
+                          path=devices.PATH, httponly=True, samesite="strict",
+                          secure=client_origin(request.scope).scheme == "https")
+    return answer

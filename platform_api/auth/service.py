@@ -54,6 +54,7 @@ from platform_api.audit import (
 )
 from platform_api.auth import users
 from platform_api.auth.api_keys import ApiKeys
+from platform_api.auth.devices import DeviceCookies, KnownDevice
 from platform_api.auth.errors import (
     account_suspended,
     email_taken,
@@ -89,7 +90,13 @@ from platform_api.auth.tokens import (
 )
 from platform_api.envelope import ApiError, not_found
 from platform_api.mailer import Mailer, SmtpConfig
-from platform_api.rate_limit import RateLimiter, limiter_from_settings, rate_limited
+from platform_api.rate_limit import (
+    BACKOFFS,
+    Backoff,
+    RateLimiter,
+    limiter_from_settings,
+    rate_limited,
+)
 from platform_api.settings import Settings
 
 log = logging.getLogger("healthplatform.auth")
@@ -97,6 +104,8 @@ log = logging.getLogger("healthplatform.auth")
 JSON = users.JSON
 REVOKED_TOKENS = "revoked_tokens"
 LOGINS = "user_logins"  # last login per user, apart from the user document (no lost updates)
+KNOWN_ADDRESSES = 10  # the addresses a user signed in from that count as known...
+KNOWN_ADDRESS_DAYS = 90  # ... for this long after the last sign-in from them
 USER_CREATED = "platform.auth.user_created"
 SOURCE_SERVICE = "auth"
 
@@ -113,6 +122,7 @@ class TokenPair:
 class LoginResult:
     user: JSON  # the spec's User resource
     tokens: TokenPair
+    device_cookie: str | None = None  # the hp_device cookie to set (see auth.devices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +222,9 @@ class AuthService:
         self._codec: AccessTokenCodec | None = None
         self._passwords: PasswordHashing | None = None
         self._mfa: MfaService | None = None
+        self._devices: DeviceCookies | None = None
+        # The growing delays after failed logins (rate_limit.BACKOFFS), per kind of source.
+        self.backoffs: dict[str, Backoff] = dict(BACKOFFS)
         self._background: set[asyncio.Task[None]] = set()
         # Set by the SMART authorization server; without it SMART tokens are refused.
         self.smart_clients: ClientLookup | None = None
@@ -227,6 +240,7 @@ class AuthService:
         )
         self._passwords = await asyncio.to_thread(PasswordHashing.from_settings, self.settings)
         box = await asyncio.to_thread(SecretBox.load_or_create, key_dir)
+        self._devices = DeviceCookies(box)
         self._mfa = MfaService(self.store, box, self.limiter, issuer=self.settings.service_name,
                                challenge_ttl_seconds=self.settings.mfa_token_ttl_seconds)
 
@@ -253,6 +267,12 @@ class AuthService:
         if self._passwords is None:
             raise RuntimeError("AuthService.start() has not been awaited")
         return self._passwords
+
+    @property
+    def devices(self) -> DeviceCookies:
+        if self._devices is None:
+            raise RuntimeError("AuthService.start() has not been awaited")
+        return self._devices
 
     @property
     def mfa(self) -> MfaService:
@@ -293,13 +313,16 @@ class AuthService:
     ) -> JSON:
         """Create an account and emit ``platform.auth.user_created``; returns the User.
 
-        A verification e-mail goes out after the response (see ``recovery``)."""
+        A verification e-mail goes out after the response (see ``recovery``). An address
+        that already has an account gets the same answer (a User that is not stored), and
+        its owner an e-mail saying someone tried: the answer does not tell who is
+        registered (login and password reset do not either). The password is hashed in
+        both cases, so the time taken does not tell it either."""
         users.check_email(email)
-        users.check_password(password)
+        users.check_password(password, self.password_context(
+            {"email": email, "first_name": first_name, "last_name": last_name}))
         users.check_registration_role(registration_role)
         referrer = await self.referrer(referral_code)
-        if await self.find_user_by_email(email) is not None:
-            raise email_taken()
         user = users.new_user(
             email=email,
             password_hash=await self.passwords.hash_async(password),
@@ -308,9 +331,27 @@ class AuthService:
             registration_role=registration_role,
             referred_by=referrer["id"] if referrer else None,
         )
-        await self.insert_user(user)
-        self.emails.send_verification_later(user)
+        existing = await self.find_user_by_email(email)
+        created = False
+        if existing is None:
+            try:
+                await self.insert_user(user)
+                created = True
+            except ApiError as refused:
+                if refused.code != "EMAIL_TAKEN":
+                    raise
+                existing = await self.find_user_by_email(email)  # registered meanwhile
+        if created:
+            self.emails.send_verification_later(user)
+        elif existing is not None:
+            self.emails.send_registration_notice_later(existing)
         return users.public_user(user)
+
+    def password_context(self, user: JSON) -> list[str]:
+        """What a user's password must not be made of: their e-mail address and names,
+        and this service's name (``password_policy``)."""
+        return [str(user.get(field) or "") for field in ("email", "first_name", "last_name")
+                ] + [self.settings.service_name]
 
     async def referrer(self, referral_code: str | None) -> JSON | None:
         if referral_code is None:
@@ -343,7 +384,9 @@ class AuthService:
             return users.account_view(await self._save_user({**existing, "roles": roles})), False
         user = users.new_user(
             email=email,
-            password_hash=await self.passwords.hash_async(users.check_password(password)),
+            password_hash=await self.passwords.hash_async(users.check_password(
+                password, self.password_context({"email": email, "first_name": first_name,
+                                                 "last_name": last_name}))),
             first_name=first_name,
             last_name=last_name,
             registration_role=users.ADMIN_REGISTRATION_ROLE,
@@ -416,32 +459,36 @@ class AuthService:
 
     # -- sessions ----------------------------------------------------------------------
     async def login(
-        self, email: str, password: str, client: ClientInfo = NO_CLIENT
+        self, email: str, password: str, client: ClientInfo = NO_CLIENT,
+        device: KnownDevice | None = None,
     ) -> LoginResult | MfaRequired:
         """Check the password and open a session (or an MFA challenge).
 
-        The same 401 for any wrong pair. Ten wrong passwords for one account within the
-        ``login_failure`` window lock it with 429 until the window ends (NIST SP 800-63B
-        5.2.2); a successful login or a password reset clears the count."""
-        user = await self.verify_password(email, password, client)
-        return await self.first_factor_passed(user, "password", client)
+        The same 401 for any wrong pair. Guessing is throttled with growing delays (NIST
+        SP 800-63B 5.2.2; ``rate_limit.BACKOFFS``), never with a lockout: from a known
+        device of the account (its ``hp_device`` cookie, :mod:`platform_api.auth.devices`)
+        or an address it signed in from before, only that device's or address's own
+        failures count; from anywhere else, the account's failures from unknown places
+        and the address's failures on any account. An attacker can slow down guesses
+        against an account, not stop its owner signing in from where they did before.
+        While a delay runs the answer is 429 with ``Retry-After`` and the password is not
+        even checked. A successful login clears the account's count and forgives its own
+        attempt."""
+        user = await self.verify_password(email, password, client, device)
+        return await self.first_factor_passed(user, "password", client, device)
 
     async def verify_password(self, email: str, password: str,
-                              client: ClientInfo = NO_CLIENT) -> JSON:
-        """The first factor of a login (see :meth:`login`: the same refusals, lockout and
-        audit): the active user document, without opening a session (the SMART
+                              client: ClientInfo = NO_CLIENT,
+                              device: KnownDevice | None = None) -> JSON:
+        """The first factor of a login (see :meth:`login`: the same refusals, throttling
+        and audit): the active user document, without opening a session (the SMART
         authorization pages sign users in this way)."""
         account = users.normalize_email(email)
-        locked = await self.limiter.peek("login_failure", f"account:{account}")
-        if not locked.allowed:
-            await self.audit.record(AuditRecord(
-                "login", MINOR_FAILURE, "refused: too many failed logins for this account",
-                user_email=account, client=client))
-            raise rate_limited(locked, "failed logins for this account")
         user = await self.find_user_by_email(email)
+        sources = await self._login_sources(user, account, client, device)
+        await self._throttle(sources, account, client)
         stored_hash = user["password_hash"] if user is not None else None
         if not await self.passwords.verify_async(stored_hash, password) or user is None:
-            await self.limiter.hit("login_failure", f"account:{account}")
             await self.audit.record(AuditRecord(
                 "login", MINOR_FAILURE, "wrong e-mail or password",
                 user_id=user["id"] if user else None, user_email=account, client=client))
@@ -452,21 +499,70 @@ class AuthService:
                 "login", SERIOUS_FAILURE, "suspended account", user_id=user["id"],
                 user_email=user["email"], client=client))
             raise account_suspended()
-        await self.limiter.reset("login_failure", f"account:{account}")
+        for kind, key in sources:
+            if kind == "account":
+                await self.clear_login_failures(account)
+            else:
+                await self.limiter.forgive(key)
         return await self._rehash_if_needed(user, password)
 
-    async def first_factor_passed(self, user: JSON, method: str, client: ClientInfo
+    async def _login_sources(self, user: JSON | None, account: str, client: ClientInfo,
+                             device: KnownDevice | None) -> list[tuple[str, str]]:
+        """The (backoff kind, client) pairs a login attempt is counted against."""
+        if user is not None:
+            if device is not None and device.knows(user["id"]):
+                return [("known", f"device:{device.id}|{user['id']}")]
+            if client.ip and client.ip in (await self._known_addresses(user["id"])):
+                return [("known", f"address:{client.ip}|{user['id']}")]
+        return [("account", f"account:{account}"), ("address", f"ip:{client.ip}")]
+
+    async def _throttle(self, sources: list[tuple[str, str]], account: str,
+                        client: ClientInfo) -> None:
+        """Count the attempt against each source, or refuse it (429) while one of them
+        must wait (what was counted already is forgiven)."""
+        counted: list[str] = []
+        for kind, key in sources:
+            decision = await self.limiter.attempt(self.backoffs[kind], key)
+            if not decision.allowed:
+                for earlier in counted:
+                    await self.limiter.forgive(earlier)
+                await self.audit.record(AuditRecord(
+                    "login", MINOR_FAILURE, f"refused: too many failed logins ({kind}); "
+                    f"next attempt in {decision.retry_after} s", user_email=account,
+                    client=client))
+                raise rate_limited(decision, "failed logins")
+            counted.append(key)
+
+    async def clear_login_failures(self, account: str) -> None:
+        """Forget an account's failed logins from unknown places (its owner proved the
+        password)."""
+        await self.limiter.reset("backoff", f"account:{users.normalize_email(account)}")
+
+    async def password_reset(self, user: JSON, device: KnownDevice | None) -> None:
+        """The owner proved the mailbox and chose a new password: forget the account's
+        failed logins, from unknown places and from its known addresses and this device."""
+        await self.clear_login_failures(user["email"])
+        for ip in await self._known_addresses(user["id"]):
+            await self.limiter.reset("backoff", f"address:{ip}|{user['id']}")
+        if device is not None:
+            await self.limiter.reset("backoff", f"device:{device.id}|{user['id']}")
+
+    async def first_factor_passed(self, user: JSON, method: str, client: ClientInfo,
+                                  device: KnownDevice | None = None
                                   ) -> LoginResult | MfaRequired:
-        """A password or an ID token was accepted: a session, or an MFA challenge."""
+        """A password or an ID token was accepted: a session (and the device cookie),
+        or an MFA challenge."""
         if await self.mfa.is_active(user["id"]):
             challenge = await self.mfa.open_challenge(user["id"], method)
             return MfaRequired(challenge.mfa_token, challenge.expires_in)
         record = AuditRecord("login", user_id=user["id"], user_email=user["email"],
                              client=client, details={"method": method})
-        return LoginResult(users.public_user(user), await self._open_session(user, record))
+        return LoginResult(users.public_user(user), await self._open_session(user, record),
+                           self.devices.signed_in(device, user["id"]))
 
     async def complete_mfa_login(self, mfa_token: str, code: str,
-                                 client: ClientInfo = NO_CLIENT) -> LoginResult:
+                                 client: ClientInfo = NO_CLIENT,
+                                 device: KnownDevice | None = None) -> LoginResult:
         """Finish a login with its second factor (TOTP or recovery code)."""
         challenge = await self.mfa.find_challenge(mfa_token)
         user = await self.store.get_document(users.COLLECTION, challenge["user_id"])
@@ -474,13 +570,15 @@ class AuthService:
             raise invalid_token("the account no longer exists")
         if user["status"] != users.ACTIVE:
             raise account_suspended()
+        known = await self._known_addresses(user["id"])
         try:
             async with self.store.unit_of_work() as uow:
                 factor = await self.mfa.stage_redeem(challenge, code, uow)
                 refresh_token, family_id = self.refresh_tokens.open_family(uow, user["id"])
                 self._stage_login(uow, user, client, AuditRecord(
                     "mfa-challenge", user_id=user["id"], user_email=user["email"],
-                    client=client, details={"method": challenge["method"], "factor": factor}))
+                    client=client, details={"method": challenge["method"], "factor": factor}),
+                    known)
                 await commit_code(uow)
         except ApiError as refused:
             await self.audit.record(AuditRecord(
@@ -488,7 +586,8 @@ class AuthService:
                 user_email=user["email"], client=client))
             raise
         access = self.issue_access_token(user, session_id=family_id)
-        return LoginResult(users.public_user(user), self._pair(access, refresh_token))
+        return LoginResult(users.public_user(user), self._pair(access, refresh_token),
+                           self.devices.signed_in(device, user["id"]))
 
     async def refresh(self, refresh_token: str, client: ClientInfo = NO_CLIENT) -> LoginResult:
         """Rotate a refresh token: a new pair; a reused token revokes the family."""
@@ -736,19 +835,33 @@ class AuthService:
         return state
 
     async def _open_session(self, user: JSON, record: AuditRecord | None = None) -> TokenPair:
+        known = await self._known_addresses(user["id"]) if record is not None else {}
         async with self.store.unit_of_work() as uow:
             refresh_token, family_id = self.refresh_tokens.open_family(uow, user["id"])
             if record is not None:
-                self._stage_login(uow, user, record.client, record)
+                self._stage_login(uow, user, record.client, record, known)
             await uow.commit()
         return self._pair(self.issue_access_token(user, session_id=family_id), refresh_token)
 
+    async def _known_addresses(self, user_id: str) -> dict[str, float]:
+        """The addresses a user signed in from lately (address -> epoch seconds)."""
+        login = await self.store.get_document(LOGINS, user_id) or {}
+        now = time.time()
+        return {ip: seen for ip, seen in (login.get("known_addresses") or {}).items()
+                if now - seen < KNOWN_ADDRESS_DAYS * 86400}
+
     def _stage_login(self, uow: UnitOfWork, user: JSON, client: ClientInfo,
-                     record: AuditRecord) -> None:
-        """The audit event and last-login record of a successful login."""
+                     record: AuditRecord, known: dict[str, float]) -> None:
+        """The audit event and last-login record of a successful login, with the
+        addresses the user signed in from (the latest ``KNOWN_ADDRESSES``)."""
         self.audit.stage(uow, record)
-        uow.put_document(LOGINS, user["id"], {"id": user["id"], "last_login_at":
-                                              rfc3339(time.time()), "last_login_ip": client.ip})
+        now = time.time()
+        if client.ip:
+            known = {**known, client.ip: now}
+        latest = dict(sorted(known.items(), key=lambda item: -item[1])[:KNOWN_ADDRESSES])
+        uow.put_document(LOGINS, user["id"], {
+            "id": user["id"], "last_login_at": rfc3339(now), "last_login_ip": client.ip,
+            "known_addresses": latest})
 
     def _pair(self, access: IssuedToken, refresh_token: str) -> TokenPair:
         expires_in = max(0, round(access.expires_at - time.time()))

@@ -36,6 +36,7 @@ import jwt
 
 from platform_api.audit import MINOR_FAILURE, SERIOUS_FAILURE, AuditRecord, ClientInfo
 from platform_api.auth import users
+from platform_api.auth.devices import KnownDevice
 from platform_api.auth.errors import account_suspended
 from platform_api.auth.tokens import rfc3339
 from platform_api.envelope import ApiError
@@ -249,8 +250,8 @@ class SocialLogin:
         self.auth = auth
 
     async def login(self, provider: str, id_token: str, nonce: str,
-                    referral_code: str | None, client: ClientInfo
-                    ) -> LoginResult | MfaRequired:
+                    referral_code: str | None, client: ClientInfo,
+                    device: KnownDevice | None = None) -> LoginResult | MfaRequired:
         try:
             identity = await self.auth.oidc.verify(provider, id_token, nonce)
         except ApiError as refused:
@@ -265,7 +266,7 @@ class SocialLogin:
                 "login", SERIOUS_FAILURE, "suspended account", user_id=user["id"],
                 user_email=user["email"], client=client))
             raise account_suspended()
-        return await self.auth.first_factor_passed(user, f"oidc:{provider}", client)
+        return await self.auth.first_factor_passed(user, f"oidc:{provider}", client, device)
 
     async def _account_for(self, identity: VerifiedIdentity, referral_code: str | None
                            ) -> JSON:

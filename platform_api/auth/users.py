@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any, Literal, get_args
 
 from platform_api.auth.errors import validation_error
+from platform_api.auth.password_policy import MIN_LENGTH, check_new_password
 from platform_api.auth.principal import APP_ADMIN, SUPER_ADMIN
 from platform_api.auth.tokens import rfc3339
 
@@ -45,7 +46,7 @@ _ORG_ROLE = re.compile(r"^ORG:[A-Z][A-Z0-9_]*$")
 # No 0/O or 1/I/L: codes are read aloud and typed from paper.
 _REFERRAL_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 REFERRAL_CODE_LENGTH = 8
-MIN_PASSWORD_LENGTH = 8
+MIN_PASSWORD_LENGTH = MIN_LENGTH
 
 JSON = dict[str, Any]
 
@@ -62,13 +63,11 @@ def check_email(email: str) -> str:
     return normalize_email(email)
 
 
-def check_password(password: str) -> str:
-    """NIST SP 800-63B 5.1.1.2: at least 8 characters (the routes cap the length)."""
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise validation_error(
-            "password", f"password must have at least {MIN_PASSWORD_LENGTH} characters"
-        )
-    return password
+def check_password(password: str, context: Iterable[str] = ()) -> str:
+    """A new password as NIST SP 800-63B 5.1.1.2 wants it (see ``password_policy``):
+    long enough, not a common or breached one, not made of ``context`` (the account's
+    e-mail address and names)."""
+    return check_new_password(password, context)
 
 
 def check_name(field: str, value: str) -> str:

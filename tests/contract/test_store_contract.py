@@ -3,6 +3,8 @@ documents, the outbox, and an all-or-nothing unit of work."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
@@ -12,6 +14,7 @@ from fhir_server.store import (
     ResourceGone,
     ResourceNotFound,
     StoreError,
+    UnstorableResource,
     VersionConflict,
 )
 
@@ -248,3 +251,39 @@ async def test_only_dispatched_events_are_purged_by_age(store):
     assert [e["id"] for e in await store.pending_events()] == [kept]  # never purged
     await store.mark_dispatched([kept])
     assert await store.purge_dispatched_events("9999-01-01T00:00:00Z") == 1
+
+
+def deeply_nested_patient(levels: int) -> dict:
+    """A Patient whose extension nests ``levels`` deep: more than the JSON encoder takes."""
+    extension: dict = {"url": "http://example.org/fhir/StructureDefinition/nested"}
+    for _ in range(levels):
+        extension = {"url": "http://example.org/fhir/StructureDefinition/nested",
+                     "extension": [extension]}
+    return {**patient("Kiprono"), "extension": [extension]}
+
+
+async def test_a_write_the_encoder_refuses_fails_its_own_unit_alone(store):
+    """Units committing at the same moment share one group commit: the poisoned one
+    (nested past the JSON encoder's depth) fails, every other one is stored."""
+    async def create(rid: str, body: dict) -> None:
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", rid, body)
+            uow.emit("platform.test.created", {"id": rid})
+            await uow.commit()
+
+    families = ["Odhiambo", "Mensah", "Wanjiru", "Achieng", "Otieno", "Kamau"]
+    outcomes = await asyncio.gather(
+        *(create(f"p{i}", patient(f)) for i, f in enumerate(families[:3])),
+        create("poisoned", deeply_nested_patient(300)),
+        *(create(f"p{i + 3}", patient(f)) for i, f in enumerate(families[3:])),
+        return_exceptions=True)
+    assert isinstance(outcomes[3], UnstorableResource)
+    assert "Patient/poisoned" in str(outcomes[3])
+    assert [o for i, o in enumerate(outcomes) if i != 3] == [None] * len(families)
+    for i, family in enumerate(families):
+        body = orjson.loads((await store.read("Patient", f"p{i}")).body)
+        assert body["name"][0]["family"] == family
+    with pytest.raises(ResourceNotFound):
+        await store.read("Patient", "poisoned")
+    created = {e["payload"]["id"] for e in await store.pending_events()}
+    assert created == {f"p{i}" for i in range(len(families))}  # the poisoned unit's went too

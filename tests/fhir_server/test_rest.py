@@ -205,7 +205,7 @@ async def test_paths_no_interaction_serves_are_404_or_405_outcomes(client, h):
     wrong_method = await client.post("/fhir/Patient/1/_history", headers=h)
     assert wrong_method.status_code == 405
     assert wrong_method.json()["resourceType"] == "OperationOutcome"
-    assert wrong_method.headers["allow"] == "GET"
+    assert wrong_method.headers["allow"] == "GET, HEAD, OPTIONS"
     # A trailing slash is the same path.
     created = await client.post("/fhir/Patient", json=amina(), headers=h)
     again = await client.get(f"/fhir/Patient/{created.json()['id']}/", headers=h)
@@ -242,6 +242,87 @@ async def test_patch_with_json_patch(client, h):
         url, json=[{"op": "remove", "path": "/nothing/here"}],
         headers={**h, "Content-Type": "application/json-patch+json"})
     assert bad_path.status_code == 422
+
+
+async def test_no_wrongly_shaped_resource_is_stored_by_create_update_or_transaction(
+        client, h):
+    from tests.fhir_server.test_validation import WRONG_SHAPES
+
+    for resource, element in WRONG_SHAPES:
+        kind = resource["resourceType"]
+        created = await client.post(f"/fhir/{kind}", json=resource, headers=h)
+        assert created.status_code == 400, (element, created.text)
+        assert element in str(created.json()), element
+        updated = await client.put(f"/fhir/{kind}/wrong-shape", headers=h,
+                                   json={**resource, "id": "wrong-shape"})
+        assert updated.status_code == 400, (element, updated.text)
+        bundled = await client.post("/fhir", headers=h, json={
+            "resourceType": "Bundle", "type": "transaction", "entry": [
+                {"resource": amina(), "request": {"method": "POST", "url": "Patient"}},
+                {"resource": resource, "request": {"method": "POST", "url": kind}}]})
+        assert bundled.status_code == 400, (element, bundled.text)
+        assert "Bundle.entry[1]" in str(bundled.json())
+    for kind in ("Observation", "Patient"):
+        search = await client.get(f"/fhir/{kind}?_total=accurate", headers=h)
+        assert search.json().get("total") == 0, (kind, search.text[:300])
+
+
+async def test_a_patch_whose_result_has_a_wrong_shape_is_refused(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    for patch in ([{"op": "replace", "path": "/name/0", "value": ["Amina", "Odhiambo"]}],
+                  [{"op": "add", "path": "/extension", "value": [1]}],
+                  [{"op": "replace", "path": "/telecom", "value": ["+254712345678"]}],
+                  [{"op": "add", "path": "/managingOrganization", "value": None}]):
+        response = await client.patch(
+            url, json=patch, headers={**h, "Content-Type": "application/json-patch+json"})
+        assert response.status_code == 400, (patch, response.text)
+    current = await client.get(url, headers=h)
+    assert current.json()["meta"]["versionId"] == "1"
+    assert current.json()["name"] == amina()["name"]
+
+
+async def test_numbers_beyond_the_stores_integers_are_400_or_404_not_500(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    for version in ("9223372036854775808", "99999999999999999999999", "0", "\u00b2"):
+        response = await client.get(f"{url}/_history/{version}", headers=h)
+        assert response.status_code == 404, (version, response.text)
+    for query in ("_cursor=9223372036854775808", "_count=\u00b2", "_cursor=-1"):
+        response = await client.get(f"{url}/_history?{query}", headers=h)
+        assert response.status_code == 400, (query, response.text)
+    search = await client.get("/fhir/Patient?_count=\u00b2", headers=h)
+    assert search.status_code == 400
+    bundled = await client.post("/fhir", headers=h, json={
+        "resourceType": "Bundle", "type": "batch", "entry": [
+            {"request": {"method": "GET", "url": f"Patient/{created['id']}/_history/"
+                                                 "9223372036854775808"}}]})
+    assert bundled.status_code == 200
+    assert bundled.json()["entry"][0]["response"]["status"].startswith("404")
+
+
+async def test_a_large_resource_is_validated_and_indexed_off_the_event_loop(app, client, h):
+    """A resource of hundreds of KB costs tens of ms to index (seconds for megabytes):
+    that work runs in a worker thread, so the event loop serves the other requests."""
+    import threading
+
+    service = app.state.services.fhir
+    indexer, where = service.indexer, []
+
+    def recording(resource):
+        where.append((len(resource.get("name", [])), threading.current_thread().name))
+        return indexer(resource)
+
+    service.indexer = recording
+    names = [{"family": f"Ochieng{i}", "given": ["Baraka"]} for i in range(3000)]
+    large = await client.post("/fhir/Patient", json={**amina(), "name": names}, headers=h)
+    small = await client.post("/fhir/Patient", json=amina(), headers=h)
+    assert large.status_code == small.status_code == 201
+    main = threading.current_thread().name
+    assert where[0][0] == 3000 and where[0][1] != main
+    assert where[1] == (1, main)
+    found = await client.get("/fhir/Patient?family=Ochieng2999", headers=h)
+    assert [e["resource"]["id"] for e in found.json()["entry"]] == [large.json()["id"]]
 
 
 async def test_delete_then_read_is_410_and_history_keeps_it(client, h):

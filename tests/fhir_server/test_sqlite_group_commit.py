@@ -102,6 +102,29 @@ async def test_a_failed_commit_fails_its_batch_only_and_the_store_goes_on(store,
     assert all([await store.read_current("Patient", f"p{i}") is not None for i in range(5)])
 
 
+async def test_a_unit_whose_index_rows_sqlite_cannot_bind_fails_alone(store):
+    """Every per-write step of a batch fails its own unit only, the index rows included:
+    a number beyond SQLite's 64-bit integers fails the unit that carries it (the batch
+    starts over with a savepoint per unit), the units beside it commit."""
+    async def poisoned() -> None:
+        body = {**patient(99), "id": "p99"}
+        rows = EXTRACT(body)
+        rows.rows["number"] = [("length", 2**70, 2**70)]
+        async with store.unit_of_work() as uow:
+            uow.create("Patient", "p99", body, index=rows)
+            await uow.commit()
+
+    results = await asyncio.gather(*(create(store, i) for i in range(4)), poisoned(),
+                                   *(create(store, i) for i in range(4, 8)),
+                                   return_exceptions=True)
+    assert isinstance(results[4], OverflowError), results
+    assert [r for i, r in enumerate(results) if i != 4] == [None] * 8
+    assert all([await store.read_current("Patient", f"p{i}") is not None for i in range(8)])
+    assert await store.read_current("Patient", "p99") is None
+    page = await store.search(await _plan(store, "identifier", "urn:example|6"))
+    assert [s.id for s in page.resources] == ["p6"]  # indexed, inside their savepoints
+
+
 async def test_a_maintenance_write_gets_its_turn_while_batches_keep_coming(store):
     await create(store, 1_000_000, event=True)
     [event] = await store.pending_events()

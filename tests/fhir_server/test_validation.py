@@ -182,3 +182,56 @@ def test_one_compiled_validator_serves_every_resource_type():
     # compiling one per type cost ~52 MB and 0.25 s for every type a server met
     assert _validator("Patient") is _validator("Observation") is _validator("Bundle")
     assert _validator("SubscriptionStatus") is None  # not in the R4 schema: the models check
+
+
+HAEMOGLOBIN = {"coding": [{"system": "http://loinc.org", "code": "718-7",
+                           "display": "Hemoglobin [Mass/volume] in Blood"}]}
+
+
+def observation(**elements: Any) -> dict[str, Any]:
+    return {"resourceType": "Observation", "status": "final", "code": HAEMOGLOBIN,
+            "subject": {"reference": "Patient/amina-odhiambo"}, **elements}
+
+
+# Every shape the R4 schema let through before complex types said "type": "object": a
+# string, a number, a list or null where an object (or an array of objects) is required.
+WRONG_SHAPES = [
+    (observation(code="abc"), "Observation.code"),
+    (observation(code=None), "Observation.code"),
+    (observation(code=718), "Observation.code"),
+    (observation(code=[HAEMOGLOBIN]), "Observation.code"),
+    (observation(subject="Patient/1"), "Observation.subject"),
+    (observation(valueQuantity="13.2 g/dL"), "Observation.valueQuantity"),
+    (observation(valueQuantity=13.2), "Observation.valueQuantity"),
+    (observation(valueQuantity=[{"value": 13.2}]), "Observation.valueQuantity"),
+    (observation(valueQuantity=None), "Observation.valueQuantity"),
+    (observation(code={"coding": ["http://loinc.org|718-7"]}), "Observation.code.coding[0]"),
+    (observation(extension=[1]), "Observation.extension[0]"),
+    (observation(text={"status": "generated", "div": 5}), "Observation.text.div"),
+    ({"resourceType": "Patient", "name": [["Amina", "Odhiambo"]]}, "Patient.name[0]"),
+    ({"resourceType": "Patient", "name": ["Amina Odhiambo"]}, "Patient.name[0]"),
+    ({"resourceType": "Patient", "extension": ["http://example.org/x"]},
+     "Patient.extension[0]"),
+    ({"resourceType": "Patient", "contact": [{"name": "Baraka"}]}, "Patient.contact[0].name"),
+    ({"resourceType": "Bundle", "type": "collection", "entry": [[{"resource": {}}]]},
+     "Bundle.entry[0]"),
+    ({"resourceType": "Bundle", "type": "collection", "entry": [{"resource": "Patient/1"}]},
+     "Bundle.entry[0].resource"),
+]
+
+
+@pytest.mark.parametrize(("resource", "element"), WRONG_SHAPES,
+                         ids=[element for _, element in WRONG_SHAPES])
+def test_a_value_of_the_wrong_json_type_where_an_object_is_required_is_refused(
+        resource: dict[str, Any], element: str) -> None:
+    assert element in issues_of(resource)
+
+
+def test_every_complex_type_of_the_schema_says_it_is_an_object() -> None:
+    from fhir_server.validation import _schema
+
+    definitions = _schema()["definitions"]
+    untyped = [name for name, d in definitions.items() if "properties" in d
+               and d.get("type") != "object"]
+    assert untyped == []
+    assert definitions["xhtml"] == {"type": "string"}

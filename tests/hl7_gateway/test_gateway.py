@@ -25,7 +25,7 @@ from hl7_gateway.gateway import (
 from hl7_gateway.listener import start_listener
 from hl7_gateway.merge import overlay
 from hl7_gateway.mllp import MLLPClient, MLLPServer
-from hl7_gateway.parser import parse
+from hl7_gateway.parser import encode_message, parse
 from hl7_gateway.send import messages_in, send_files
 from tests.hl7_gateway.hl7_samples import SAMPLES_DIR, sample_files
 from tests.hl7_gateway.messages import CHEMISTRY, EXPECTED_ACKS, adt, oru
@@ -119,6 +119,21 @@ async def test_batch_files_are_split_into_their_messages() -> None:
 
 
 # --- idempotency, corrections, merges ------------------------------------------------------------
+
+
+async def test_a_message_beyond_the_segment_limit_is_refused_naming_it(
+        fhir: FhirService) -> None:
+    """A lab feed's runaway message (an ORU of tens of thousands of OBX) is refused with
+    AR before it is mapped, the ERR naming the limit; the next message goes through."""
+    gateway = HL7Gateway(fhir, max_segments=40)
+    many = [("2345-7", "Glucose", "NM", f"{90 + n % 20}", "mg/dL", "N") for n in range(60)]
+    processed = await gateway.process(oru("LAB-HUGE", results=many))
+    ack = encode_message(processed.acks[0])
+    assert msa(ack)[0] == "AR"
+    assert b"the limit is 40 (HEALTHPLATFORM_HL7_MAX_SEGMENTS)" in ack
+    assert await search(fhir, "Observation") == []
+    fine = await gateway.process(oru("LAB-0002"))
+    assert msa(fine.acks[0])[0] == "AA"
 
 
 async def test_a_resent_message_gets_the_same_ack_and_is_stored_once(

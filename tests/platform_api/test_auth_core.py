@@ -194,11 +194,26 @@ async def test_register_stores_an_active_user_with_argon2id_hash(
     assert len(stored["referral_code"]) == 8
 
 
-async def test_register_with_taken_email_in_any_case_returns_409(client: httpx.AsyncClient) -> None:
-    await register(client, AMINA)
-    again = {**AMINA, "email": AMINA["email"].upper()}
+async def test_register_with_taken_email_answers_as_for_a_new_account(
+        client: httpx.AsyncClient, app: Any) -> None:
+    """Registration does not tell who is registered (login and reset do not either): the
+    same 201 and User shape, nothing stored, no event; the owner is told by e-mail
+    (test_auth_email)."""
+    first = await register(client, AMINA)
+    again = {**AMINA, "email": AMINA["email"].upper(), "first_name": "Mallory"}
     response = await client.post("/api/auth/register", json=again)
-    assert error_of(response) == (409, "EMAIL_TAKEN")
+    assert response.status_code == 201
+    answered = response.json()["data"]
+    assert set(answered) == set(first) and answered["id"] != first["id"]
+    assert answered["email"] == first["email"]
+    stored = await app.state.services.store.find_documents("users")
+    assert [u["first_name"] for u in stored] == ["Amina"]
+    events = [e for e in await app.state.services.store.pending_events(100)
+              if e["topic"] == "platform.auth.user_created"]
+    assert len(events) <= 1  # the first registration's (if not relayed yet), no other
+    login = await client.post("/api/auth/login", json={"email": AMINA["email"],
+                                                       "password": AMINA["password"]})
+    assert login.json()["data"]["user"]["id"] == first["id"]
 
 
 @pytest.mark.parametrize(

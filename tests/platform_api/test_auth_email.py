@@ -247,3 +247,29 @@ async def test_a_reset_unlocks_an_account_locked_by_failed_logins(
     await client.post("/api/auth/reset-password", json={"token": token, "password": NEW_PASSWORD})
     login = await client.post("/api/auth/login", json={"email": address, "password": NEW_PASSWORD})
     assert login.status_code == 200
+
+
+# -- registration with a taken address -----------------------------------------------------
+async def test_registering_a_taken_address_tells_its_owner_not_the_registrant(
+    app: Any, client: httpx.AsyncClient, inbox: tuple[Inbox, int]
+) -> None:
+    owner = "wanjiru.kamau@kliniki.example"
+    await register_and_login(client, email=owner, first_name="Wanjiru", last_name="Kamau")
+    await delivered(app)
+    inbox[0].messages.clear()
+    attempt = await client.post("/api/auth/register", json={
+        "email": owner, "password": "another long phrase", "first_name": "Someone",
+        "last_name": "Else"})
+    fresh = await client.post("/api/auth/register", json={
+        "email": "baraka.otieno@kliniki.example", "password": "another long phrase",
+        "first_name": "Baraka", "last_name": "Otieno"})
+    assert attempt.status_code == fresh.status_code == 201
+    assert set(attempt.json()["data"]) == set(fresh.json()["data"])
+    await delivered(app)
+    [notice] = inbox[0].to(owner)
+    assert "tried to create" in notice["Subject"]
+    body = notice.get_content()
+    assert "Hello Wanjiru" in body and f"{WEB_APP}/forgot-password" in body
+    assert "token=" not in body  # nothing usable by whoever reads it first
+    [verification] = inbox[0].to("baraka.otieno@kliniki.example")
+    assert "Confirm your e-mail address" in verification["Subject"]

@@ -164,6 +164,28 @@ async def test_rotation_issues_a_new_secret_and_keeps_the_old_one_for_24_hours(
     assert (await client.get("/fhir/Patient", headers=api_key(new))).status_code == 200
 
 
+async def test_after_five_rotations_only_the_newest_and_the_one_before_it_work(
+    client: httpx.AsyncClient, user: dict[str, Any]
+) -> None:
+    secrets = [await create_key(client, user["headers"], ["Patient:read"])]
+    for _ in range(5):
+        rotated = await client.post(f"/api/developer/keys/{secrets[0]['id']}/rotate",
+                                    headers=user["headers"])
+        secrets.append(rotated.json()["data"])
+    answers = [(await client.get("/fhir/Patient", headers=api_key(k))).status_code
+               for k in secrets]
+    assert answers == [401, 401, 401, 401, 200, 200]
+
+
+async def test_star_is_the_all_access_scope_as_the_readme_says(
+    client: httpx.AsyncClient, user: dict[str, Any]
+) -> None:
+    key = await create_key(client, user["headers"], ["*"])
+    assert key["scopes"] == ["*:*"]
+    assert (await client.get("/fhir/Observation", headers=api_key(key))).status_code == 200
+    assert (await client.get("/api/patients/me", headers=api_key(key))).status_code == 404
+
+
 async def test_revocation_is_immediate_here_and_in_other_processes(
     app: Any, client: httpx.AsyncClient, user: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -93,3 +93,15 @@ async def test_fhir_errors_are_operation_outcomes_on_the_fhir_path(tmp_path, mon
     assert response.headers["x-request-id"] == "fhir-boom-1"
     assert any("hunter2" in (r.exc_text or "") or (r.exc_info and "hunter2" in
                str(r.exc_info[1])) for r in caplog.records)
+
+
+async def test_a_page_number_beyond_any_list_is_422_naming_page(client):
+    from tests.conftest import make_clinic_admin
+
+    clinic = await make_clinic_admin(client)
+    for path in ("/api/developer/keys", f"/api/organizations/{clinic['org_id']}/patients",
+                 "/api/labs"):
+        for page in ("99999999999999999999", "10001"):
+            response = await client.get(f"{path}?page={page}", headers=clinic["headers"])
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["error"]["field"] == "page"

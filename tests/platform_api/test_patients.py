@@ -166,3 +166,40 @@ async def test_pagination_parameters_are_validated(client, user):
                                 headers=user["headers"])
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "limit"
+
+
+async def store_unvalidated(app: Any, body: dict[str, Any]) -> None:
+    """Write a record as a store older than today's validation could have kept it."""
+    services = app.state.services
+    async with services.store.unit_of_work() as uow:
+        uow.create(body["resourceType"], body["id"], body,
+                   index=services.fhir.indexer(body))
+        await uow.commit()
+
+
+async def test_a_record_stored_with_wrongly_shaped_elements_is_shown_without_them(
+        app, client, admin, clinic_admin):
+    org_id = clinic_admin["org_id"]
+    await store_unvalidated(app, {
+        "resourceType": "Patient", "id": "legacy-amina",
+        "meta": {"security": [{"system": "urn:healthplatform:organization", "code": org_id}]},
+        "name": [["Amina", "Odhiambo"], {"use": "official", "family": "Odhiambo",
+                                         "given": ["Amina"]}],
+        "telecom": ["+254712345678", {"system": "email", "value": "amina@example.org"}],
+        "identifier": [1, {"system": f"urn:healthplatform:organization:{org_id}:mrn",
+                           "value": "KCC-0042"}],
+        "managingOrganization": f"Organization/{org_id}",
+        "gender": "female", "birthDate": "1988-04-12"})
+    for path, headers in (("/api/patients/legacy-amina", admin["headers"]),
+                          (f"/api/organizations/{org_id}/patients/legacy-amina",
+                           clinic_admin["headers"])):
+        response = await client.get(path, headers=headers)
+        assert response.status_code == 200, (path, response.text)
+        view = response.json()["data"]
+        assert (view["first_name"], view["last_name"]) == ("Amina", "Odhiambo")
+        assert view["email"] == "amina@example.org" and view["phone"] is None
+        assert view["mrn"] == "KCC-0042"
+    listed = await client.get(f"/api/organizations/{org_id}/patients",
+                              headers=clinic_admin["headers"])
+    assert listed.status_code == 200
+    assert [p["id"] for p in listed.json()["data"]] == ["legacy-amina"]

@@ -17,7 +17,7 @@ import redis.asyncio as redis_asyncio
 from asgi_lifespan import LifespanManager
 
 from platform_api.app import create_app
-from platform_api.rate_limit import Limit, MemoryLimiter, RedisLimiter, parse_limits
+from platform_api.rate_limit import Backoff, Limit, MemoryLimiter, RedisLimiter, parse_limits
 from tests.conftest import make_settings, register_and_login
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -95,46 +95,140 @@ async def test_fhir_rate_limit_answers_an_operation_outcome(tmp_path: Path) -> N
 
 async def test_public_routes_are_limited_per_address(tmp_path: Path) -> None:
     async with running(tmp_path, rate_limits={"public": "2/60"}) as (_, client):
-        assert [(await client.get("/healthz")).status_code for _ in range(2)] == [200, 200]
-        assert_rate_limited(await client.get("/healthz"))
-        other = httpx.ASGITransport(app=client._transport.app,  # type: ignore[attr-defined]
-                                    client=("198.51.100.7", 4000))
-        async with httpx.AsyncClient(transport=other, base_url="http://testserver") as c:
-            assert (await c.get("/healthz")).status_code == 200
+        statuses = [(await client.get("/openapi.json")).status_code for _ in range(2)]
+        assert statuses == [200, 200]
+        assert_rate_limited(await client.get("/openapi.json"))
+        async with at_address(client, "198.51.100.7") as other:
+            assert (await other.get("/openapi.json")).status_code == 200
 
 
-async def test_login_class_is_stricter_than_reads(tmp_path: Path) -> None:
-    async with running(tmp_path, rate_limits={"login": "4/60"}) as (_, client):
-        await register_and_login(client)  # register + login: 2 of 4
-        body = {"email": "nobody@clinic.example.org", "password": "guess-number-1"}
-        assert (await client.post("/api/auth/login", json=body)).status_code == 401
-        assert (await client.post("/api/auth/login", json=body)).status_code == 401
-        assert_rate_limited(await client.post("/api/auth/login", json=body))
+async def test_health_checks_spend_no_budget(tmp_path: Path) -> None:
+    """A load balancer probing /healthz as often as it likes never turns the service
+    "down", nor uses up the public budget of /fhir/metadata."""
+    async with running(tmp_path, rate_limits={"public": "3/60"}) as (_, client):
+        for _ in range(50):
+            probe = await client.get("/healthz")
+            assert probe.status_code == 200 and "ratelimit-limit" not in probe.headers
+        assert (await client.get("/fhir/metadata")).status_code == 200
+        assert (await client.get("/fhir/metadata")).headers["ratelimit-remaining"] == "1"
 
 
-async def test_failed_logins_lock_the_account_not_the_others(tmp_path: Path) -> None:
-    async with running(tmp_path, rate_limits={"login_failure": "3/900"}) as (_, client):
-        amina = await register_and_login(client)
-        kwame = await register_and_login(client, first_name="Kwame", last_name="Mensah")
+async def test_login_refresh_and_registration_have_budgets_of_their_own(
+        tmp_path: Path) -> None:
+    async with running(tmp_path, rate_limits={"login": "2/60"}) as (_, client):
+        amina = await register_and_login(client)  # one login of 2 from 127.0.0.1
+        async with at_address(client, "127.0.0.1") as same_address:  # no device cookie
+            body = {"email": "nobody@clinic.example.org", "password": "guess-number-1"}
+            assert (await same_address.post("/api/auth/login", json=body)).status_code == 401
+            assert_rate_limited(await same_address.post("/api/auth/login", json=body))
+            # ... which leaves refreshing tokens and registering alone
+            session = amina["refresh_token"]
+            refreshed = await same_address.post("/api/auth/refresh",
+                                                json={"refresh_token": session})
+            assert refreshed.status_code == 200
+            registered = await same_address.post("/api/auth/register", json={
+                "email": "kwame@clinic.example.org", "password": PASSWORD,
+                "first_name": "Kwame", "last_name": "Mensah"})
+            assert registered.status_code == 201
+        # A device that signed in before spends a budget of its own.
+        again = await client.post("/api/auth/login", json={
+            "email": amina["user"]["email"], "password": PASSWORD})
+        assert again.status_code == 200, again.text
+
+
+def with_backoffs(app: Any, **backoffs: Backoff) -> None:
+    """Shorter delays, so that a test can wait them out."""
+    app.state.services.auth.backoffs.update(backoffs)
+
+
+@asynccontextmanager
+async def at_address(client: httpx.AsyncClient, ip: str) -> AsyncIterator[httpx.AsyncClient]:
+    """Another client of the same app, connecting from ``ip`` (no cookies)."""
+    transport = httpx.ASGITransport(app=client._transport.app,  # type: ignore[attr-defined]
+                                    client=(ip, 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+async def test_guesses_against_an_account_wait_longer_and_longer_not_its_owner(
+        tmp_path: Path) -> None:
+    async with running(tmp_path) as (app, client):
+        with_backoffs(app, account=Backoff(free=3, base=0.2, cap=0.8, window=60))
+        amina = await register_and_login(client)  # from 127.0.0.1: her known address
         wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
-        for _ in range(3):
-            assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
         right = {"email": amina["user"]["email"], "password": PASSWORD}
-        locked = await client.post("/api/auth/login", json=right)
-        assert_rate_limited(locked)
-        assert "failed logins" in locked.json()["error"]["message"]
-        other = {"email": kwame["user"]["email"], "password": PASSWORD}
-        assert (await client.post("/api/auth/login", json=other)).status_code == 200
+        async with at_address(client, "203.0.113.66") as attacker:
+            answers = [await attacker.post("/api/auth/login", json=wrong) for _ in range(4)]
+            assert [a.status_code for a in answers] == [401, 401, 401, 429]
+            assert "failed logins" in answers[3].json()["error"]["message"]
+            # the right password from an unknown place waits too: the guesser cannot tell
+            assert_rate_limited(await attacker.post("/api/auth/login", json=right))
+            waits = []
+            for _ in range(3):  # each failure after the free ones doubles the wait
+                await asyncio.sleep(float(waits[-1]) if waits else 0.25)
+                assert (await attacker.post("/api/auth/login", json=wrong)).status_code == 401
+                refused = await attacker.post("/api/auth/login", json=wrong)
+                assert refused.status_code == 429
+                waits.append(refused.headers["retry-after"])
+            assert [float(w) for w in waits] == sorted(float(w) for w in waits)
+        # Her own address, where she signed in before: never stopped by the guesser.
+        assert (await client.post("/api/auth/login", json=right)).status_code == 200
 
 
-async def test_a_successful_login_clears_the_failure_count(tmp_path: Path) -> None:
-    async with running(tmp_path, rate_limits={"login_failure": "2/900"}) as (_, client):
+async def test_a_known_device_signs_in_whatever_is_guessed_from_its_address(
+        tmp_path: Path) -> None:
+    """A clinic's NAT: someone behind it sends 70 bad logins for random e-mails; staff
+    who signed in on their device before are not stopped, a newcomer only slowed."""
+    async with running(tmp_path) as (app, client):
+        with_backoffs(app, address=Backoff(free=20, base=30, cap=300, window=3600))
+        async with at_address(client, "192.0.2.10") as nurse_device:
+            wanjiru = await register_and_login(nurse_device, first_name="Wanjiru",
+                                               last_name="Kamau")
+            assert "hp_device" in nurse_device.cookies
+        async with at_address(client, "192.0.2.10") as attacker:
+            for n in range(70):
+                await attacker.post("/api/auth/login", json={
+                    "email": f"random{n}@clinic.example.org", "password": "Summer2026!"})
+            guess = await attacker.post("/api/auth/login", json={
+                "email": "random-last@clinic.example.org", "password": "Summer2026!"})
+            assert_rate_limited(guess)
+        async with at_address(client, "192.0.2.10") as nurse_device:
+            nurse_device.cookies.set("hp_device", wanjiru["device"], domain="testserver.local",
+                                     path="/api/auth")
+            login = await nurse_device.post("/api/auth/login", json={
+                "email": wanjiru["user"]["email"], "password": PASSWORD})
+            assert login.status_code == 200, login.text
+
+
+async def test_a_burst_of_parallel_guesses_cannot_slip_in_before_the_first_failure(
+        tmp_path: Path) -> None:
+    async with running(tmp_path) as (app, client):
+        with_backoffs(app, account=Backoff(free=3, base=60, cap=900, window=3600))
         amina = await register_and_login(client)
-        wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
-        right = {"email": amina["user"]["email"], "password": PASSWORD}
-        for _ in range(3):
-            assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
-            assert (await client.post("/api/auth/login", json=right)).status_code == 200
+        async with at_address(client, "203.0.113.66") as attacker:
+            answers = await asyncio.gather(*(attacker.post("/api/auth/login", json={
+                "email": amina["user"]["email"], "password": f"guess-number-{n}"})
+                for n in range(12)))
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses.count(401) == 3 and statuses.count(429) == 9
+
+
+async def test_a_forged_device_cookie_is_an_unknown_device(tmp_path: Path) -> None:
+    async with running(tmp_path) as (app, client):
+        with_backoffs(app, account=Backoff(free=1, base=60, cap=900, window=3600))
+        amina = await register_and_login(client)
+        async with at_address(client, "203.0.113.66") as attacker:
+            wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
+            assert (await attacker.post("/api/auth/login", json=wrong)).status_code == 401
+            tampered = amina["device"][:-4] + ("AAAA" if not amina["device"].endswith(
+                "AAAA") else "BBBB")
+            attacker.cookies.set("hp_device", tampered, path="/api/auth")
+            assert_rate_limited(await attacker.post("/api/auth/login", json=wrong))
+
+
+def test_backoff_delays_double_up_to_the_cap() -> None:
+    backoff = Backoff(free=2, base=1.0, cap=10.0, window=60)
+    assert [backoff.delay(f) for f in range(7)] == [0, 0, 1, 2, 4, 8, 10]
 
 
 async def test_repeated_bad_credentials_turn_into_429_while_good_ones_pass(
@@ -166,18 +260,26 @@ async def test_requests_without_credentials_are_401_however_many_and_are_not_gue
         assert_rate_limited(await client.get("/api/auth/me", headers=bad))
 
 
-async def test_route_limits_can_be_switched_off_but_brute_force_limits_stay(
+async def test_route_limits_can_be_switched_off_but_login_throttling_stays(
     tmp_path: Path,
 ) -> None:
+    """As the README says: HEALTHPLATFORM_RATE_LIMIT_ENABLED=false turns off the budgets
+    per route and the failed-authentication budget per address; the growing delays after
+    failed logins and the MFA attempts per account stay."""
     async with running(tmp_path, rate_limit_enabled=False,
-                       rate_limits={"read": "1/60", "login_failure": "1/900"}) as (_, client):
+                       rate_limits={"read": "1/60", "auth_failure": "1/60"}) as (app, client):
+        with_backoffs(app, account=Backoff(free=1, base=60, cap=900, window=3600))
         amina = await register_and_login(client)
         for _ in range(3):
             answer = await client.get("/api/auth/me", headers=amina["headers"])
             assert answer.status_code == 200 and "ratelimit-limit" not in answer.headers
-        wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
-        assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
-        assert_rate_limited(await client.post("/api/auth/login", json=wrong))
+        bad = {"Authorization": "Bearer v4.public.not-a-real-token"}
+        assert [(await client.get("/api/auth/me", headers=bad)).status_code
+                for _ in range(3)] == [401, 401, 401]
+        async with at_address(client, "203.0.113.66") as attacker:
+            wrong = {"email": amina["user"]["email"], "password": "not-her-password"}
+            assert (await attacker.post("/api/auth/login", json=wrong)).status_code == 401
+            assert_rate_limited(await attacker.post("/api/auth/login", json=wrong))
 
 
 # -- Redis -----------------------------------------------------------------------------
@@ -249,3 +351,57 @@ async def test_unreachable_redis_falls_back_to_counting_in_memory() -> None:
         assert not await limiter.ping()
     finally:
         await limiter.close()
+
+
+async def test_redis_backoff_is_shared_and_forgiven(redis_url: str) -> None:
+    prefix = f"hp:test:{uuid.uuid4().hex}"
+    backoff = Backoff(free=2, base=0.3, cap=1.0, window=60)
+    first, second = RedisLimiter(redis_url, {}, prefix=prefix), RedisLimiter(
+        redis_url, {}, prefix=prefix)
+    try:
+        assert (await first.attempt(backoff, "account:amina")).allowed
+        assert (await second.attempt(backoff, "account:amina")).allowed
+        refused = await first.attempt(backoff, "account:amina")
+        assert not refused.allowed and 0 < refused.reset_after <= 0.3
+        await second.forgive("account:amina")  # the second attempt succeeded after all
+        assert (await first.attempt(backoff, "account:amina")).allowed
+        await first.reset("backoff", "account:amina")
+        assert (await second.attempt(backoff, "account:amina")).remaining == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_memory_backoff_waits_and_forgives() -> None:
+    limiter = MemoryLimiter({})
+    backoff = Backoff(free=1, base=0.2, cap=1.0, window=60)
+    assert (await limiter.attempt(backoff, "ip:203.0.113.9")).allowed
+    refused = await limiter.attempt(backoff, "ip:203.0.113.9")
+    assert not refused.allowed and 0 < refused.reset_after <= 0.2
+    await asyncio.sleep(0.25)
+    assert (await limiter.attempt(backoff, "ip:203.0.113.9")).allowed
+    assert not (await limiter.attempt(backoff, "ip:203.0.113.9")).allowed  # 0.4 s now
+    await limiter.forgive("ip:203.0.113.9")
+    await limiter.forgive("ip:203.0.113.9")
+    assert (await limiter.attempt(backoff, "ip:203.0.113.9")).allowed
+
+
+async def test_the_device_cookie_is_http_only_strict_and_secure_over_https(
+        tmp_path: Path) -> None:
+    async with running(tmp_path) as (app, client):
+        amina = await register_and_login(client)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport,
+                                     base_url="https://clinic.example.org") as secure:
+            login = await secure.post("/api/auth/login", json={
+                "email": amina["user"]["email"], "password": PASSWORD})
+        cookie = login.headers["set-cookie"]
+        assert cookie.startswith("hp_device=")
+        for attribute in ("HttpOnly", "Path=/api/auth", "SameSite=strict", "Secure",
+                          "Max-Age=15552000"):
+            assert attribute in cookie, attribute
+        plain = await client.post("/api/auth/login", json={
+            "email": amina["user"]["email"], "password": PASSWORD})
+        assert "Secure" not in plain.headers["set-cookie"]
+        device = app.state.services.auth.devices.read(login.cookies["hp_device"])
+        assert device is not None and device.knows(amina["user"]["id"])
