@@ -16,8 +16,11 @@ Below ``/fhir`` one ``FhirDispatch`` route matches by segments instead of a Star
 ``Router`` trying every route's regular expression in turn (a read is the 15th route:
 that scan was a third of the in-process time of ``GET /fhir/Patient/{id}``).
 
-Order matters where paths overlap: fixed segments (``_history``, ``_search``,
-``$everything``) are declared before the parameterized routes that would swallow them.
+Where paths overlap, the route naming more fixed segments wins (``_history``,
+``_search``, ``$everything``, ``metadata`` before the parameterized routes that would
+swallow them), and a path that such a route names is answered by it alone: a method it
+does not take is a 405 with ``Allow`` (``DELETE /metadata``), never a parameterized
+route's (a conditional delete of the type "metadata").
 """
 
 from __future__ import annotations
@@ -149,7 +152,8 @@ _Compiled = tuple[str, tuple[str | None, ...], tuple[str, ...],
 
 
 class FhirDispatch(BaseRoute):
-    """Every route below ``/fhir``: matched by their segments, first declared first."""
+    """Every route below ``/fhir``: matched by their segments, the route with the most
+    fixed segments first, then first declared first."""
 
     PREFIX = "/fhir/"
 
@@ -161,6 +165,8 @@ class FhirDispatch(BaseRoute):
             names = tuple(p[1:-1] for p in parts if p.startswith("{"))
             self._by_length.setdefault(len(parts), []).append(
                 (route.method, segments, names, endpoint))
+        for compiled in self._by_length.values():
+            compiled.sort(key=_fixed_segments, reverse=True)  # stable: declared order kept
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http" and scope["path"].startswith(self.PREFIX):
@@ -174,10 +180,15 @@ class FhirDispatch(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = scope["path"][len(self.PREFIX):].rstrip("/").split("/")
         allowed: list[str] = []
-        for method, segments, names, endpoint in self._by_length.get(len(parts), ()):
+        best: int | None = None  # fixed segments of the first route whose path fits
+        for compiled in self._by_length.get(len(parts), ()):
+            method, segments, names, endpoint = compiled
+            if best is not None and _fixed_segments(compiled) < best:
+                break
             params = _bind(segments, names, parts)
             if params is None:
                 continue
+            best = _fixed_segments(compiled)
             if method != scope["method"]:
                 allowed.append(method)
                 continue
@@ -189,6 +200,10 @@ class FhirDispatch(BaseRoute):
         if allowed:
             raise HTTPException(405, headers={"Allow": ", ".join(dict.fromkeys(allowed))})
         raise HTTPException(404)
+
+
+def _fixed_segments(compiled: _Compiled) -> int:
+    return sum(segment is not None for segment in compiled[1])
 
 
 def _bind(segments: tuple[str | None, ...], names: tuple[str, ...], parts: list[str]

@@ -62,6 +62,45 @@ def _field_of(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or ".".join(str(p) for p in loc)
 
 
+def request_refusal(request: Request, exc: RequestValidationError) -> ApiError:
+    """What was wrong with a request FastAPI could not validate: a body that is not JSON
+    (400 ``INVALID_JSON``, with where: FastAPI reports the character offset), a body sent
+    without ``Content-Type: application/json`` (415, which FastAPI would report as "Input
+    should be a valid dictionary"), else 422 ``VALIDATION_ERROR`` naming the field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return ApiError(400, "INVALID_JSON", "The request body is not valid JSON: "
+                        f"{_json_error_place(exc.body, first)}")
+    if loc == ("body",) and first.get("type") == "missing":
+        return ApiError(422, "VALIDATION_ERROR", "The request needs a JSON body "
+                        "(Content-Type: application/json)", field="body")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if loc[:1] == ("body",) and not _is_json_type(content_type):
+        said = f"this request said {content_type}" if content_type else \
+            "this request sent no Content-Type"
+        return ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "The body must be JSON sent with "
+                        f"Content-Type: application/json ({said})")
+    field = _field_of(loc)
+    return ApiError(422, "VALIDATION_ERROR", f"{field}: {first['msg']}", field=field)
+
+
+def _is_json_type(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _json_error_place(document: Any, error: dict[str, Any]) -> str:
+    """``Expecting ',' delimiter at line 3, column 5`` from FastAPI's JSON error."""
+    reason = str((error.get("ctx") or {}).get("error") or "invalid JSON")
+    offset = error["loc"][-1] if error.get("loc") else None
+    if not isinstance(document, str) or not isinstance(offset, int):
+        return reason
+    line = document.count("\n", 0, offset) + 1
+    column = offset - (document.rfind("\n", 0, offset) + 1) + 1
+    return f"{reason} at line {line}, column {column}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -93,12 +132,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        field = _field_of(tuple(first.get("loc", ())))
+        refusal = request_refusal(request, exc)
         if _is_fhir(request):
-            return fhir_error_response(FhirError.of(400, "invalid", f"{field}: {first['msg']}"))
-        return error_response(422, "VALIDATION_ERROR", f"{field}: {first['msg']}", field=field)
+            return fhir_error_response(FhirError.of(400, "invalid", refusal.message))
+        return error_response(refusal.status, refusal.code, refusal.message,
+                              field=refusal.field)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -212,6 +212,23 @@ async def test_paths_no_interaction_serves_are_404_or_405_outcomes(client, h):
     assert again.status_code == 200
 
 
+async def test_a_method_the_capability_statement_does_not_take_is_405_with_allow(client, h):
+    """``/metadata``, ``_search``, ``_history`` and ``$everything`` are served by their own
+    routes only: another method there is a 405, not an interaction on a type or id of that
+    name (a conditional delete of the type "metadata" answered 404)."""
+    for method, path, allow in (("DELETE", "/fhir/metadata", "GET"),
+                                ("PUT", "/fhir/metadata", "GET"),
+                                ("GET", "/fhir/Patient/_search", "POST"),
+                                ("DELETE", "/fhir/Patient/_history", "GET"),
+                                ("POST", "/fhir/Patient/1/$everything", "GET")):
+        response = await client.request(method, path, headers=h)
+        assert response.status_code == 405, (method, path, response.text)
+        assert response.headers["allow"] == allow
+        assert response.json()["resourceType"] == "OperationOutcome"
+    assert (await client.get("/fhir/metadata")).status_code == 200
+    assert (await client.post("/fhir/Patient/_search", headers=h)).status_code == 200
+
+
 async def test_unknown_type_is_404_and_xml_is_refused(client, h):
     assert (await client.get("/fhir/Spaceship/1", headers=h)).status_code == 404
     xml = await client.get("/fhir/Patient?_format=xml", headers=h)
