@@ -38,7 +38,11 @@ from starlette.types import Receive, Scope, Send
 
 from fhir_server.access import Access
 from fhir_server.caller import CallerFhir
-from fhir_server.interactions.capabilities import capabilities, capability_statement
+from fhir_server.interactions.capabilities import (
+    capabilities,
+    capability_statement,
+    summary_statement,
+)
 from fhir_server.interactions.context import CALLER, FhirContext
 from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
@@ -75,11 +79,13 @@ class FhirRoute:
 
 async def _metadata(ctx: FhirContext, request: Request) -> Response:
     registry = await ctx.service.refresh_registry()
-    cache: dict[str, dict[str, Any]] = ctx.extras.setdefault("capability_statements", {})
+    cache: dict[str, tuple[dict[str, Any], dict[str, Any]]] = ctx.extras.setdefault(
+        "capability_statements", {})
     if registry.version not in cache:
-        cache[registry.version] = capability_statement(
+        statement = capability_statement(
             ctx.fhir_base(request), TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry)
-    return await capabilities(ctx, request, cache[registry.version])
+        cache[registry.version] = (statement, summary_statement(statement))
+    return await capabilities(ctx, request, *cache[registry.version])
 
 
 ROUTES: tuple[FhirRoute, ...] = (
