@@ -23,6 +23,7 @@ from fhir_server.clock import now_instant
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
+from fhir_server.patches import MEDIA_TYPES as PATCH_FORMATS
 from fhir_server.search.registry import SearchRegistry
 from fhir_server.search.summary import SUBSETTED, select_elements, summarize
 from fhir_server.validation import resource_types
@@ -96,7 +97,7 @@ def capability_statement(
         "implementation": {"description": "healthplatform FHIR R4 server", "url": fhir_base},
         "fhirVersion": "4.0.1",
         "format": ["application/fhir+json", "json"],
-        "patchFormat": ["application/json-patch+json"],
+        "patchFormat": list(PATCH_FORMATS),
         "rest": [{
             "mode": "server",
             "documentation": (
