@@ -138,7 +138,9 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
 PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC, limit="public"),
     ("GET", "/openapi.json"): Rule(PUBLIC, limit="public"),
+    ("GET", "/openapi/fhir.json"): Rule(PUBLIC, limit="public"),  # the FHIR API by type
     ("GET", "/docs"): Rule(PUBLIC, limit="public"),
+    ("GET", "/docs/fhir"): Rule(PUBLIC, limit="public"),  # the FHIR document's page
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),

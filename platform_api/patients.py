@@ -35,7 +35,15 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, EmailStr, Field
 
 from fhir_server.ownership import OWNER_SYSTEM
-from platform_api.envelope import Envelope, PageEnvelope, Pagination, not_found, ok, pagination
+from platform_api.envelope import (
+    Envelope,
+    ErrorEnvelope,
+    PageEnvelope,
+    Pagination,
+    not_found,
+    ok,
+    pagination,
+)
 from platform_api.facade import ApiContext, Facade, OrganizationScope, Unique, api_context
 
 JSON = dict[str, Any]
@@ -249,7 +257,9 @@ router = APIRouter(tags=["patients"])
 
 
 @router.get("/api/patients/me", response_model=Envelope[PatientView],
-            summary="The caller's patient profile")
+            summary="The caller's patient profile",
+            responses={404: {"model": ErrorEnvelope,
+                             "description": "The caller has no patient profile yet"}})
 async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
     found = await ctx.fhir.search("Patient", [
         ("identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}")])
