@@ -117,10 +117,12 @@ def serve(
     port: int | None = typer.Option(None, metavar="PORT",
                                     help="HTTP port (HEALTHPLATFORM_HTTP_PORT)"),
 ) -> None:
-    """Serve the whole platform on the configured store: HTTP (the FHIR API at /fhir, the
-    /api facades, the docs at /docs) and the HL7v2 MLLP listener on
-    HEALTHPLATFORM_MLLP_HOST:HEALTHPLATFORM_MLLP_PORT (127.0.0.1:2575 by default;
-    HEALTHPLATFORM_MLLP_ENABLED=false turns it off)."""
+    """Serve the platform: HTTP and the HL7v2 MLLP listener.
+
+    HTTP serves the FHIR API at /fhir, the /api facades and the docs at /docs; the MLLP
+    listener takes HL7v2 messages on HEALTHPLATFORM_MLLP_HOST:HEALTHPLATFORM_MLLP_PORT
+    (127.0.0.1:2575 by default; HEALTHPLATFORM_MLLP_ENABLED=false turns it off). Both use
+    the configured store."""
     import uvicorn
 
     from fhir_server.validation import preload as preload_validation
@@ -183,9 +185,10 @@ def create_admin(
                                              "stdin (for scripts)"),
     password: str | None = typer.Option(None, envvar=PASSWORD_VARIABLE, hidden=True),
 ) -> None:
-    """Create a SUPER:ADMIN user, or promote an existing user to SUPER:ADMIN (their
-    password stays; none is asked). A new account's password comes from --password-stdin,
-    HEALTHPLATFORM_ADMIN_PASSWORD, or a prompt."""
+    """Create a SUPER:ADMIN user, or promote an existing user to SUPER:ADMIN.
+
+    A promoted user keeps their password (none is asked). A new account's password comes
+    from --password-stdin, HEALTHPLATFORM_ADMIN_PASSWORD, or a prompt on a terminal."""
     from fhir_server.store import store_from_url
     from platform_api.auth.service import AuthService
 
@@ -220,8 +223,10 @@ def create_admin(
 
 @app.command("rotate-signing-key")
 def rotate_signing_key() -> None:
-    """Make a new Ed25519 token-signing key; tokens signed with older keys stay valid until
-    they expire, and running servers pick the new key up within half a minute."""
+    """Make a new Ed25519 token-signing key.
+
+    Tokens signed with older keys stay valid until they expire, and running servers pick
+    the new key up within half a minute."""
     from platform_api.auth.keys import KeyRing
 
     settings = Settings()
@@ -264,9 +269,11 @@ def reindex() -> None:
 
 @app.command()
 def purge() -> None:
-    """Delete the bookkeeping the platform no longer needs, now (the server also does it
-    every HEALTHPLATFORM_HOUSEKEEPING_INTERVAL_SECONDS): HL7v2 idempotency records and
-    dispatched events past their retention, expired tokens. Health data is kept."""
+    """Delete the bookkeeping the platform no longer needs, now.
+
+    The server also does it every HEALTHPLATFORM_HOUSEKEEPING_INTERVAL_SECONDS: HL7v2
+    idempotency records and dispatched events past their retention, expired tokens.
+    Health data is kept."""
     from fhir_server.store import store_from_url
     from platform_api.housekeeping import Housekeeping
 
