@@ -187,9 +187,10 @@ def build_fhir_routes(ctx: FhirContext, authorize: Authorize) -> list[BaseRoute]
     return [*base, FhirDispatch(below)]
 
 
-# A route below /fhir as (method, segments, endpoint): a segment is its literal text, or
-# None where the path has a parameter (whose name is in ``names``).
-_Compiled = tuple[str, tuple[str | None, ...], tuple[str, ...],
+# A route below /fhir as (fixed, method, segments, names, endpoint): a segment is its
+# literal text, or None where the path has a parameter (whose name is in ``names``);
+# ``fixed`` counts the literal ones.
+_Compiled = tuple[int, str, tuple[str | None, ...], tuple[str, ...],
                   Callable[[Request], Awaitable[Response]]]
 
 
@@ -205,10 +206,11 @@ class FhirDispatch(BaseRoute):
             parts = route.path.strip("/").split("/")
             segments = tuple(None if p.startswith("{") else p for p in parts)
             names = tuple(p[1:-1] for p in parts if p.startswith("{"))
+            fixed = sum(segment is not None for segment in segments)
             self._by_length.setdefault(len(parts), []).append(
-                (route.method, segments, names, endpoint))
+                (fixed, route.method, segments, names, endpoint))
         for compiled in self._by_length.values():
-            compiled.sort(key=_fixed_segments, reverse=True)  # stable: declared order kept
+            compiled.sort(key=lambda c: c[0], reverse=True)  # stable: declared order kept
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http" and scope["path"].startswith(self.PREFIX):
@@ -223,14 +225,13 @@ class FhirDispatch(BaseRoute):
         parts = scope["path"][len(self.PREFIX):].rstrip("/").split("/")
         allowed: list[str] = []
         best: int | None = None  # fixed segments of the first route whose path fits
-        for compiled in self._by_length.get(len(parts), ()):
-            method, segments, names, endpoint = compiled
-            if best is not None and _fixed_segments(compiled) < best:
+        for fixed, method, segments, names, endpoint in self._by_length.get(len(parts), ()):
+            if best is not None and fixed < best:
                 break
             params = _bind(segments, names, parts)
             if params is None:
                 continue
-            best = _fixed_segments(compiled)
+            best = fixed
             if method != scope["method"]:
                 allowed.append(method)
                 continue
@@ -242,10 +243,6 @@ class FhirDispatch(BaseRoute):
         if allowed:
             raise HTTPException(405, headers={"Allow": ", ".join(dict.fromkeys(allowed))})
         raise HTTPException(404)
-
-
-def _fixed_segments(compiled: _Compiled) -> int:
-    return sum(segment is not None for segment in compiled[1])
 
 
 def _bind(segments: tuple[str | None, ...], names: tuple[str, ...], parts: list[str]
