@@ -77,6 +77,12 @@ OPERATION_OUTCOME: JSON = {
     "externalDocs": {"url": f"{SPEC}/operationoutcome.html"}}
 
 
+SEARCH_ELSEWHERE = (
+    "Besides those below, the search parameters of the type: listed for each type in the "
+    "FHIR document by resource type (its own page of the docs) and in the "
+    "CapabilityStatement (GET /fhir/metadata).")
+
+
 class Route(Protocol):
     """What is described of a route (``fhir_server.router.FhirRoute``)."""
 
@@ -133,12 +139,13 @@ def _operation(route: Route, registry: SearchRegistry, resource_type: str | None
     operation: JSON = {
         "tags": [_tag(resource_type) if resource_type else TAG],
         "summary": route.summary,
-        "description": _description(route, resource_type),
         "operationId": _operation_id(route, resource_type),
-        "parameters": [*_path_parameters(route), *_query_parameters(route, registry,
-                                                                     resource_type)],
+        "parameters": [*_path_parameters(route, resource_type),
+                       *_query_parameters(route, registry, resource_type)],
         "responses": _responses(route, resource_type),
     }
+    if resource_type is None and route.returns == "Bundle" and _per_type(route):
+        operation["description"] = SEARCH_ELSEWHERE  # the type's search, described once
     body = _request_body(route, registry, resource_type)
     if body is not None:
         operation["requestBody"] = body
@@ -147,26 +154,17 @@ def _operation(route: Route, registry: SearchRegistry, resource_type: str | None
     return operation
 
 
-def _description(route: Route, resource_type: str | None) -> str:
-    if route.returns == "Bundle" and resource_type is None and route.path in (
-            "/{resource_type}", "/{resource_type}/_search"):
-        return ("Besides those below, the search parameters of the type: listed for each "
-                "type in the FHIR document by resource type (the other definition of the "
-                "docs page) and in the CapabilityStatement (GET /fhir/metadata).")
-    return f"FHIR R4 {route.summary.split(' ')[0]} interaction: {SPEC}/http.html"
-
-
 def _operation_id(route: Route, resource_type: str | None) -> str:
     path = route.path.replace("{resource_type}", resource_type or "type")
     cleaned = "".join(c if c.isalnum() else "_" for c in path).strip("_")
     return f"fhir_{route.method.lower()}_{cleaned or 'base'}"
 
 
-def _path_parameters(route: Route) -> list[JSON]:
+def _path_parameters(route: Route, resource_type: str | None) -> list[JSON]:
     found = []
     for name in _path_params(route.path):
-        if name == "resource_type" and _per_type(route):
-            continue
+        if name == "resource_type" and resource_type is not None:
+            continue  # described for this type: no parameter
         schema: JSON = {"type": "string"}
         if name == "resource_type":
             schema = {"$ref": "#/components/schemas/ResourceType"}

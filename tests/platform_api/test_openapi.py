@@ -13,6 +13,7 @@ success answers.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,18 @@ async def test_the_fhir_document_has_its_docs_page(client):
     page = await client.get("/docs/fhir")
     assert page.status_code == 200 and "/openapi/fhir.json" in page.text
     assert "/docs/fhir" in (await client.get("/openapi.json")).json()["info"]["description"]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+async def test_every_path_parameter_is_declared_and_every_reference_resolves(client,
+                                                                            document):
+    spec = (await client.get(document)).json()
+    for path, item in spec["paths"].items():
+        template = {part[1:-1] for part in path.split("/") if part.startswith("{")}
+        for method, operation in item.items():
+            declared = {p["name"] for p in operation.get("parameters", [])
+                        if p.get("in") == "path"}
+            assert declared == template, (method, path, declared)
+    text = json.dumps(spec)
+    for ref in set(re.findall(r'"\$ref": "#/components/([^/]+)/([^"]+)"', text)):
+        assert ref[1] in spec["components"][ref[0]], ref
