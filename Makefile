@@ -1,9 +1,14 @@
-# Developer and CI entry points. `install` is the one prerequisite of the others: it
-# makes .venv when missing and reinstalls the project only when pyproject.toml changed.
+# Developer and CI entry points. `run` installs what serving needs (the project and its
+# runtime dependencies); `test`, `lint`, `bench` and `install` add the test extras
+# (pytest, playwright, ruff, mypy, ...). Each makes .venv when missing and installs again
+# only when pyproject.toml changed since its own stamp: a checkout that ran `make run`
+# gets the extras on its first `make test`, and `make run` after `make test` installs
+# nothing (the extras include everything running needs, so that install stamps both).
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 # The interpreter .venv is made from: the distribution's CPython when it is 3.11 or newer
 # and can make venvs, else the first python3 on PATH. Distributions build CPython with
 # profile-guided and link-time optimisation; a plain source build (pyenv's default, what
@@ -15,16 +20,20 @@ PYTHON3 ?= $(shell /usr/bin/python3 -c 'import sys, venv, ensurepip; \
 
 .PHONY: install run test lint bench clean
 
-install: $(STAMP)
+install: $(TEST_STAMP)
 
 $(PYTHON):
 	$(PYTHON3) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PYTHON)
-	$(PYTHON) -m pip install -e '.[test]'
-	touch $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e .
+	touch $(RUN_STAMP)
 
-run: install
+$(TEST_STAMP): pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e '.[test]'
+	touch $(RUN_STAMP) $(TEST_STAMP)
+
+run: $(RUN_STAMP)
 	$(VENV)/bin/healthplatform serve
 
 test: install

@@ -58,11 +58,18 @@ def check_format(request: Request) -> None:
         raise FhirError.of(406, "not-supported", "Only application/fhir+json is served")
 
 
-async def read_json_body(request: Request) -> Any:
+_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
+
+
+async def read_json_body(request: Request, *, patch: bool = False) -> Any:
+    """The JSON body (400 when empty or not JSON); its Content-Type must be a FHIR JSON
+    type, or, for a PATCH (``patch``), a JSON (Merge) Patch type (415 otherwise)."""
     content_type = request.headers.get("content-type", FHIR_JSON).split(";")[0].strip().lower()
-    if content_type and content_type not in (*_JSON_TYPES, "application/json-patch+json"):
+    accepted = (*_JSON_TYPES, *_PATCH_TYPES) if patch else _JSON_TYPES
+    if content_type and content_type not in accepted:
         raise FhirError.of(415, "not-supported",
-                           f"Content-Type {content_type!r} is not supported; use {FHIR_JSON}")
+                           f"Content-Type {content_type!r} is not supported; use "
+                           f"{' or '.join(accepted) if patch else FHIR_JSON}")
     raw = await request.body()
     if not raw:
         raise FhirError.of(400, "required", "The request body is empty")

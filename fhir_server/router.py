@@ -16,8 +16,11 @@ Below ``/fhir`` one ``FhirDispatch`` route matches by segments instead of a Star
 ``Router`` trying every route's regular expression in turn (a read is the 15th route:
 that scan was a third of the in-process time of ``GET /fhir/Patient/{id}``).
 
-Order matters where paths overlap: fixed segments (``_history``, ``_search``,
-``$everything``) are declared before the parameterized routes that would swallow them.
+Where paths overlap, the route naming more fixed segments wins (``_history``,
+``_search``, ``$everything``, ``metadata`` before the parameterized routes that would
+swallow them), and a path that such a route names is answered by it alone: a method it
+does not take is a 405 with ``Allow`` (``DELETE /metadata``), never a parameterized
+route's (a conditional delete of the type "metadata").
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ from starlette.types import Receive, Scope, Send
 
 from fhir_server.access import Access
 from fhir_server.caller import CallerFhir
-from fhir_server.interactions.capabilities import capabilities, capability_statement
+from fhir_server.interactions.capabilities import (
+    capabilities,
+    capability_statement,
+    summary_statement,
+)
 from fhir_server.interactions.context import CALLER, FhirContext
 from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
@@ -50,6 +57,8 @@ from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
 from fhir_server.interactions.vread import vread
+from fhir_server.openapi import describe_routes
+from fhir_server.search.registry import SearchRegistry, builtin_registry
 from fhir_server.validation import is_resource_type
 
 TYPE_INTERACTIONS = (
@@ -63,64 +72,99 @@ Handler = Callable[..., Awaitable[Response]]
 
 @dataclass(frozen=True, slots=True)
 class FhirRoute:
+    """A FHIR interaction at a path below /fhir, and what it answers (the OpenAPI document
+    is made from these, ``fhir_server.openapi``): ``body`` the request body it takes
+    (``resource``, ``bundle``, ``patch``, ``form``, ``validate`` or none), ``ok`` its
+    success statuses and ``returns`` their body (a resource type, or ``resource``), and
+    ``errors`` the statuses it refuses with itself (an OperationOutcome; the access layer
+    adds 401, 403 and 429)."""
+
     method: str
     path: str  # below /fhir; "" is the base itself
     summary: str
     handler: Handler  # handler(ctx, request, **path_params)
     public: bool = False
-    body: bool = False  # takes a FHIR JSON body (for the OpenAPI document)
+    body: str = ""
+    ok: tuple[int, ...] = (200,)
+    returns: str = "Bundle"
+    errors: tuple[int, ...] = ()
 
 
 async def _metadata(ctx: FhirContext, request: Request) -> Response:
     registry = await ctx.service.refresh_registry()
-    cache: dict[tuple[str, str], dict[str, Any]] = ctx.extras.setdefault(
-        "capability_statements", {})
+    cache: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = \
+        ctx.extras.setdefault("capability_statements", {})
     base = ctx.fhir_base(request)
     key = (registry.version, base)
     if key not in cache:
         if len(cache) > 64:  # many Host names: bounded
             cache.clear()
-        cache[key] = capability_statement(
+        statement = capability_statement(
             base, TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry,
             security=None if ctx.security is None else ctx.security(base))
-    return await capabilities(ctx, request, cache[key])
+        cache[key] = (statement, summary_statement(statement))
+    return await capabilities(ctx, request, *cache[key])
 
+
+# What interactions refuse, besides the access layer (an OperationOutcome each): a bad
+# parameter or body 400, an unknown type or id 404, XML asked for 406, a deleted
+# resource 410, a body over the limit 413, a body that is not FHIR JSON 415; writes also a
+# conflict 409, a stale If-Match or an ambiguous condition 412, a patch that cannot apply
+# 422.
+READ_ERRORS = (400, 404, 406, 410)
+SEARCH_ERRORS = (400, 404, 406)
+WRITE_ERRORS = (400, 404, 406, 409, 412, 413, 415, 422)
 
 ROUTES: tuple[FhirRoute, ...] = (
     FhirRoute("GET", "/metadata", "capabilities: the CapabilityStatement", _metadata,
-              public=True),
+              public=True, returns="CapabilityStatement", errors=(400, 406)),
     # -- system level
-    FhirRoute("GET", "", "search-system", search_system),
-    FhirRoute("POST", "", "transaction / batch (a Bundle)", transaction_or_batch, body=True),
-    FhirRoute("POST", "/_search", "search-system (POST)", search_system),
-    FhirRoute("GET", "/_history", "history-system", history),
+    FhirRoute("GET", "", "search-system", search_system, errors=(400, 406)),
+    FhirRoute("POST", "", "transaction / batch (a Bundle)", transaction_or_batch,
+              body="bundle", errors=(*WRITE_ERRORS, 410)),
+    FhirRoute("POST", "/_search", "search-system (POST)", search_system, body="form",
+              errors=(400, 406, 413)),
+    FhirRoute("GET", "/_history", "history-system", history, errors=(400, 406)),
     # -- type level
     FhirRoute("POST", "/{resource_type}/$validate", "$validate (nothing is stored)", validate,
-              body=True),
+              body="validate", returns="OperationOutcome",
+              errors=(400, 404, 406, 413, 415)),
     FhirRoute("POST", "/{resource_type}/{resource_id}/$validate",
               "$validate for an existing resource (mode=update / delete)", validate,
-              body=True),
-    FhirRoute("GET", "/{resource_type}", "search-type", search_type),
-    FhirRoute("POST", "/{resource_type}/_search", "search-type (POST)", search_type),
-    FhirRoute("GET", "/{resource_type}/_history", "history-type", history),
+              body="validate", returns="OperationOutcome",
+              errors=(400, 404, 406, 410, 413, 415)),
+    FhirRoute("GET", "/{resource_type}", "search-type", search_type, errors=SEARCH_ERRORS),
+    FhirRoute("POST", "/{resource_type}/_search", "search-type (POST)", search_type,
+              body="form", errors=(*SEARCH_ERRORS, 413)),
+    FhirRoute("GET", "/{resource_type}/_history", "history-type", history,
+              errors=SEARCH_ERRORS),
     FhirRoute("POST", "/{resource_type}", "create (If-None-Exist: conditional create)",
-              create, body=True),
-    FhirRoute("PUT", "/{resource_type}", "conditional update", conditional_update, body=True),
-    FhirRoute("PATCH", "/{resource_type}", "conditional patch (JSON Patch)",
-              conditional_patch, body=True),
-    FhirRoute("DELETE", "/{resource_type}", "conditional delete", conditional_delete),
+              create, body="resource", ok=(201, 200), returns="resource",
+              errors=WRITE_ERRORS),
+    FhirRoute("PUT", "/{resource_type}", "conditional update", conditional_update,
+              body="resource", ok=(200, 201), returns="resource", errors=WRITE_ERRORS),
+    FhirRoute("PATCH", "/{resource_type}", "conditional patch", conditional_patch,
+              body="patch", returns="resource", errors=WRITE_ERRORS),
+    FhirRoute("DELETE", "/{resource_type}", "conditional delete", conditional_delete,
+              returns="OperationOutcome", errors=(400, 404, 412)),
     # -- instance level
-    FhirRoute("GET", "/{resource_type}/{resource_id}", "read", read),
+    FhirRoute("GET", "/{resource_type}/{resource_id}", "read", read, ok=(200, 304),
+              returns="resource", errors=READ_ERRORS),
     FhirRoute("PUT", "/{resource_type}/{resource_id}", "update (or create with this id)",
-              update, body=True),
-    FhirRoute("PATCH", "/{resource_type}/{resource_id}", "patch (JSON Patch)", patch,
-              body=True),
-    FhirRoute("DELETE", "/{resource_type}/{resource_id}", "delete", delete),
-    FhirRoute("GET", "/{resource_type}/{resource_id}/_history", "history-instance", history),
-    FhirRoute("GET", "/Patient/{patient_id}/$everything", "Patient/$everything", everything),
+              update, body="resource", ok=(200, 201), returns="resource",
+              errors=WRITE_ERRORS),
+    FhirRoute("PATCH", "/{resource_type}/{resource_id}", "patch", patch, body="patch",
+              returns="resource", errors=(*WRITE_ERRORS, 410)),
+    FhirRoute("DELETE", "/{resource_type}/{resource_id}", "delete", delete,
+              returns="OperationOutcome", errors=(400, 404, 409, 412)),
+    FhirRoute("GET", "/{resource_type}/{resource_id}/_history", "history-instance", history,
+              errors=READ_ERRORS),
+    FhirRoute("GET", "/Patient/{patient_id}/$everything", "Patient/$everything", everything,
+              errors=READ_ERRORS),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
-              search_compartment),
-    FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread),
+              search_compartment, errors=READ_ERRORS),
+    FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,
+              returns="resource", errors=READ_ERRORS),
 )
 
 
@@ -149,9 +193,10 @@ def build_fhir_routes(ctx: FhirContext, authorize: Authorize) -> list[BaseRoute]
     return [*base, FhirDispatch(below)]
 
 
-# A route below /fhir as (method, segments, endpoint): a segment is its literal text, or
-# None where the path has a parameter (whose name is in ``names``).
-_Compiled = tuple[str, tuple[str | None, ...], tuple[str, ...],
+# A route below /fhir as (fixed, method, segments, names, endpoint): a segment is its
+# literal text, or None where the path has a parameter (whose name is in ``names``);
+# ``fixed`` counts the literal ones.
+_Compiled = tuple[int, str, tuple[str | None, ...], tuple[str, ...],
                   Callable[[Request], Awaitable[Response]]]
 
 
@@ -166,7 +211,8 @@ WELL_KNOWN = "/fhir/.well-known/"
 
 
 class FhirDispatch(BaseRoute):
-    """Every route below ``/fhir``: matched by their segments, first declared first."""
+    """Every route below ``/fhir``: matched by their segments, the route with the most
+    fixed segments first, then first declared first."""
 
     PREFIX = "/fhir/"
 
@@ -176,8 +222,11 @@ class FhirDispatch(BaseRoute):
             parts = route.path.strip("/").split("/")
             segments = tuple(None if p.startswith("{") else p for p in parts)
             names = tuple(p[1:-1] for p in parts if p.startswith("{"))
+            fixed = sum(segment is not None for segment in segments)
             self._by_length.setdefault(len(parts), []).append(
-                (route.method, segments, names, endpoint))
+                (fixed, route.method, segments, names, endpoint))
+        for compiled in self._by_length.values():
+            compiled.sort(key=lambda c: c[0], reverse=True)  # stable: declared order kept
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http" and below_fhir(scope["path"]):
@@ -192,10 +241,14 @@ class FhirDispatch(BaseRoute):
         parts = scope["path"][len(self.PREFIX):].rstrip("/").split("/")
         wanted = "GET" if scope["method"] == "HEAD" else scope["method"]
         allowed: list[str] = []
-        for method, segments, names, endpoint in self._by_length.get(len(parts), ()):
+        best: int | None = None  # fixed segments of the first route whose path fits
+        for fixed, method, segments, names, endpoint in self._by_length.get(len(parts), ()):
+            if best is not None and fixed < best:
+                break
             params = _bind(segments, names, parts)
             if params is None:
                 continue
+            best = fixed
             if method != wanted:
                 if _names_types(params):
                     allowed.append(method)
@@ -239,39 +292,15 @@ def _bind(segments: tuple[str | None, ...], names: tuple[str, ...], parts: list[
     return dict(zip(names, values, strict=True))
 
 
-def openapi_paths() -> dict[str, dict[str, Any]]:
-    """The OpenAPI description of ``ROUTES`` (they are not FastAPI routes)."""
-    paths: dict[str, dict[str, Any]] = {}
-    fhir_json = {"application/fhir+json": {"schema": {"type": "object"}}}
-    for route in ROUTES:
-        path = "/fhir" + route.path
-        params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in _path_params(route.path)
-        ]
-        operation: dict[str, Any] = {
-            "tags": ["fhir"],
-            "summary": route.summary,
-            "operationId": f"fhir_{route.method.lower()}_{_slug(route.path)}",
-            "parameters": params,
-            "responses": {
-                "200": {"description": "FHIR resource or Bundle", "content": fhir_json},
-                "4XX": {"description": "OperationOutcome naming what was wrong",
-                        "content": fhir_json},
-            },
-        }
-        if route.body:
-            operation["requestBody"] = {"required": True, "content": fhir_json}
-        if not route.public:
-            operation["security"] = [{"PASETO": []}]
-        paths.setdefault(path, {})[route.method.lower()] = operation
-    return paths
+def openapi_document(registry: SearchRegistry | None = None, *, per_type: bool = True
+                     ) -> dict[str, Any]:
+    """The OpenAPI description of ``ROUTES`` (they are not FastAPI routes): ``paths``,
+    ``components`` and ``tags`` (``fhir_server.openapi``; ``per_type``: search and the
+    type's other interactions described for each resource type)."""
+    return describe_routes(ROUTES, registry or builtin_registry(), per_type=per_type)
 
 
-def _path_params(path: str) -> list[str]:
-    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
-
-
-def _slug(path: str) -> str:
-    cleaned = "".join(c if c.isalnum() else "_" for c in path).strip("_")
-    return cleaned or "base"
+def openapi_paths(registry: SearchRegistry | None = None, *, per_type: bool = True
+                  ) -> dict[str, dict[str, Any]]:
+    """The ``paths`` of :func:`openapi_document`."""
+    return openapi_document(registry, per_type=per_type)["paths"]  # type: ignore[no-any-return]

@@ -18,12 +18,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jsonpatch
 import orjson
 
 from fhir_server.compartments import PatientCompartments
 from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
+from fhir_server.patches import as_patch
 from fhir_server.search.custom import REFRESH_SECONDS, active_registry, active_version
 from fhir_server.search.extract import IndexExtractor, token_codes
 from fhir_server.search.plan import MAX_COUNT, SearchError, SearchPlan, parse_search
@@ -299,17 +299,12 @@ class FhirService:
 
     def apply_patch(self, current: StoredResource, operations: Any, *,
                     if_match: int | None = None) -> dict[str, Any]:
-        """The current version with a JSON Patch (RFC 6902) applied (not stored)."""
+        """The current version with a patch applied (not stored): a
+        :class:`~fhir_server.patches.Patch`, or a JSON Patch (RFC 6902) as its array of
+        operations."""
         if if_match is not None and if_match != current.version:
             raise VersionConflict(current.resource_type, current.id, if_match, current.version)
-        if not isinstance(operations, list):
-            raise FhirError.of(400, "structure", "A JSON Patch body must be an array of operations")
-        try:
-            patched = jsonpatch.apply_patch(orjson.loads(current.body), operations)
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
-                KeyError, ValueError) as exc:
-            raise FhirError.of(422, "processing", f"The JSON Patch could not be applied: {exc}"
-                               ) from None
+        patched = as_patch(operations).apply(orjson.loads(current.body))
         if not isinstance(patched, dict) or patched.get("resourceType") != current.resource_type \
                 or patched.get("id") != current.id:
             raise FhirError.of(422, "processing", "A patch may not change resourceType or id")

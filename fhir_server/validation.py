@@ -49,6 +49,12 @@ def _schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+def schema_definitions() -> dict[str, Any]:
+    """The R4 JSON Schema's definitions (resources, datatypes, backbone elements), for
+    code that needs the shape of an element (whether it repeats, its type)."""
+    return _schema()["definitions"]  # type: ignore[no-any-return]
+
+
 def preload() -> None:
     """Load the R4 schema and compile its validator now rather than on the first write.
 

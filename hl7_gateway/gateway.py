@@ -5,7 +5,8 @@ For every message, whichever transport brought it (MLLP or HTTP):
 1. parse (a message that does not parse gets a NAK built from whatever MSH is readable,
    and its bytes go to the dead letters);
 2. check the header (message type and event this gateway maps, version, processing id:
-   AR / CR with ERR codes 200-203);
+   AR / CR with ERR codes 200-203; the message is kept in the dead letters with why, one
+   entry per MSH-3|MSH-4|MSH-10 however often it is resent, to be read and replayed);
 3. look up the idempotency record (collection ``hl7_messages``, keyed by MSH-3|MSH-4|
    MSH-10): a message seen before is answered with the ACKs it got then, and stored once;
 4. map it to one FHIR transaction (``hl7_gateway.v2_to_fhir``), resolve merged updates;
@@ -257,9 +258,7 @@ class HL7Gateway:
             return await self._unparseable(data, exc, replay)
         problems = check_header(message, self.policy) or self._check_size(message)
         if problems:
-            return Processed(Outcome.REJECT,
-                             build_acks(message, Outcome.REJECT, problems, safe=False),
-                             problems, message.control_id, _kind(message))
+            return await self._rejected(message, data, problems, replay)
         key = idempotency_key(message)
         async with self._locks.hold([f"message:{key}"]):
             record = None if replay else await self.store.get_document(MESSAGES, key)
@@ -364,14 +363,16 @@ class HL7Gateway:
 
     # -- failures ------------------------------------------------------------------------------
     async def _keep(self, raw: bytes, reason: str, *, key: str | None,
-                    message: Message | None, replay: bool) -> tuple[bool, str | None]:
+                    message: Message | None, replay: bool, entry_id: str | None = None
+                    ) -> tuple[bool, str | None]:
         """Keep a message that was not stored in the dead letters: (safe, entry id).
 
         A replay already comes from a dead letter, which stays as it is (no second one)."""
         if replay:
             return True, None
         try:
-            return True, await self.dead_letter(raw, reason, key=key, message=message)
+            return True, await self.dead_letter(raw, reason, key=key, message=message,
+                                                entry_id=entry_id)
         except Exception:
             log.exception("could not keep message %r in the dead letters", key)
             return False, None
@@ -403,6 +404,23 @@ class HL7Gateway:
         return Processed(Outcome.REJECT, acks, errors, message.control_id, _kind(message),
                          dead_letter_id=dead_letter)
 
+    async def _rejected(self, message: Message, raw: bytes, problems: list[ErrorDetail],
+                        replay: bool) -> Processed:
+        """A header this gateway does not take (message type, version, processing id):
+        AR / CR, and the message kept in the dead letters with the reason, so an interface
+        analyst sees what was refused and can replay it once the gateway takes it. A resend
+        of the same message (MSH-3|MSH-4|MSH-10) replaces its entry instead of adding one."""
+        key = idempotency_key(message)
+        reason = "rejected: " + "; ".join(e.message for e in problems)
+        log.warning("%s %s rejected: %s", _kind(message), message.control_id, reason)
+        entry_id = str(uuid.uuid5(message_namespace("dead-letter", "rejected", key), "entry"))
+        _, dead_letter = await self._keep(raw, reason, key=key, message=message, replay=replay,
+                                          entry_id=entry_id)
+        return Processed(Outcome.REJECT,
+                         build_acks(message, Outcome.REJECT, problems, safe=False),
+                         problems, message.control_id, _kind(message),
+                         dead_letter_id=dead_letter)
+
     async def _unparseable(self, raw: bytes, exc: HL7ParseError, replay: bool) -> Processed:
         ack = build_unparseable_ack(raw, exc)
         msh = read_msh_leniently(raw)
@@ -413,8 +431,9 @@ class HL7Gateway:
                          control_id, dead_letter_id=dead_letter)
 
     async def dead_letter(self, raw: bytes, error: str, *, key: str | None = None,
-                          message: Message | None = None) -> str:
-        """Keep a message that could not be stored; returns the dead letter id.
+                          message: Message | None = None, entry_id: str | None = None) -> str:
+        """Keep a message that could not be stored; returns the dead letter id (``entry_id``
+        when given: an entry of that id is replaced).
 
         The entry has the shape of every dead letter (id, event_id, topic,
         original_payload, error, created_at). ``original_payload`` is the JSON text of a
@@ -422,7 +441,7 @@ class HL7Gateway:
         generic dead-letter retry (deliver the event again) reaches
         :meth:`retry_failed_event`; ``raw_message`` holds the message text for reading.
         """
-        entry_id = str(uuid.uuid4())
+        entry_id = entry_id or str(uuid.uuid4())
         created = _now_instant()
         text = decode_message(raw).text
         event_id = str(uuid.uuid5(message_namespace("dead-letter", key or "", entry_id),

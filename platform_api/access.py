@@ -198,7 +198,9 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     # anyone's) turn the service "down", and use up the public budget of /fhir/metadata.
     ("GET", "/healthz"): Rule(PUBLIC, limit=None),
     ("GET", "/openapi.json"): Rule(PUBLIC, limit="public"),
+    ("GET", "/openapi/fhir.json"): Rule(PUBLIC, limit="public"),  # the FHIR API by type
     ("GET", "/docs"): Rule(PUBLIC, limit="public"),
+    ("GET", "/docs/fhir"): Rule(PUBLIC, limit="public"),  # the FHIR document's page
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),

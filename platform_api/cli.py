@@ -1,23 +1,55 @@
-"""The ``healthplatform`` command: serve, administer, and (later) reindex and send HL7."""
+"""The ``healthplatform`` command: serve, administer, reindex, purge and send HL7.
+
+Commands fail with one line saying what to do (never a traceback for what the user got
+wrong) and exit 1; each option names its value in the help (``HOST``, ``PORT``,
+``FILE``), and the options a setting also controls say which ``HEALTHPLATFORM_*``
+variable.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import getpass
 import os
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer import core as typer_core
 
+from platform_api.envelope import ApiError
 from platform_api.settings import Settings
+
+
+def _help_type_column(parameter: Any, ctx: Any) -> str | None:
+    """The type column of the help: the option's metavar (HOST, PORT, SECONDS), nothing
+    for flags and arguments (whose metavar is already their name), instead of typer's
+    Python annotations (``<str>``, ``<list[Path]>``, ``<bool>`` for --help)."""
+    if isinstance(parameter, typer_core.TyperArgument):
+        return None
+    return parameter.metavar or None
+
+
+# typer >= 0.2x prints annotations in that column and has no setting for it.
+for _parameter_class in (typer_core._TyperParameter, typer_core.TyperOption):
+    _parameter_class.display_type_rich = _help_type_column  # type: ignore[method-assign,assignment]
 
 app = typer.Typer(help="healthplatform: FHIR R4 server, HL7v2 gateway and /api facades",
                   no_args_is_help=True)
 console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr saying what went wrong, and the exit code."""
+    errors.print(f"[red]error:[/] {message}", soft_wrap=True, highlight=False)
+    raise typer.Exit(code)
 
 
 def tune_gc() -> None:
@@ -45,12 +77,52 @@ def tune_threads() -> None:
     sys.setswitchinterval(0.001)
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, not an address of this machine,
+    not allowed), or None. Bound as asyncio and uvicorn bind (``SO_REUSEADDR``), then
+    released at once, so that the server fails before it says it is serving."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"{host} is not a known address ({exc.strerror})"
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return "address already in use"
+                return exc.strerror or str(exc)
+    return None
+
+
+def _check_ports(settings: Settings) -> None:
+    listeners = [("HTTP", settings.http_host, settings.http_port, "HEALTHPLATFORM_HTTP_PORT")]
+    if settings.mllp_enabled:
+        listeners.append(("MLLP", settings.mllp_host, settings.mllp_port,
+                          "HEALTHPLATFORM_MLLP_PORT, or HEALTHPLATFORM_MLLP_ENABLED=false"))
+    for name, host, port, setting in listeners:
+        problem = port_in_use(host, port)
+        if problem is not None:
+            fail(f"cannot listen for {name} on {host}:{port}: {problem} (another server "
+                 f"running? see {setting})")
+
+
 @app.command()
 def serve(
-    host: str | None = typer.Option(None, help="Bind address (HEALTHPLATFORM_HTTP_HOST)"),
-    port: int | None = typer.Option(None, help="HTTP port (HEALTHPLATFORM_HTTP_PORT)"),
+    host: str | None = typer.Option(None, metavar="HOST",
+                                    help="HTTP bind address (HEALTHPLATFORM_HTTP_HOST)"),
+    port: int | None = typer.Option(None, metavar="PORT",
+                                    help="HTTP port (HEALTHPLATFORM_HTTP_PORT)"),
 ) -> None:
-    """Serve the whole app (HTTP) on the configured store."""
+    """Serve the platform: HTTP and the HL7v2 MLLP listener.
+
+    HTTP serves the FHIR API at /fhir, the /api facades and the docs at /docs; the MLLP
+    listener takes HL7v2 messages on HEALTHPLATFORM_MLLP_HOST:HEALTHPLATFORM_MLLP_PORT
+    (127.0.0.1:2575 by default; HEALTHPLATFORM_MLLP_ENABLED=false turns it off). Both use
+    the configured store."""
     import uvicorn
 
     from fhir_server.validation import preload as preload_validation
@@ -60,6 +132,7 @@ def serve(
     if "HEALTHPLATFORM_MLLP_ENABLED" not in os.environ:
         overrides["mllp_enabled"] = True  # serving means serving HL7 too, unless told not to
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    _check_ports(settings)
     tls = bool(settings.tls_cert_file and settings.tls_key_file)
     console.print(f"[bold]healthplatform[/] on http{'s' if tls else ''}://{settings.http_host}:"
                   f"{settings.http_port} (store {settings.store_url})")
@@ -85,44 +158,84 @@ def server_options(settings: Settings) -> dict[str, Any]:
             "proxy_headers": False}
 
 
+PASSWORD_VARIABLE = "HEALTHPLATFORM_ADMIN_PASSWORD"
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _password_reader(from_stdin: bool, given: str | None) -> Callable[[], str]:
+    """Where a new account's password comes from: stdin (``--password-stdin``, one line),
+    the environment, or a prompt when there is a terminal; asked only when needed."""
+    def read() -> str:
+        if from_stdin:
+            return sys.stdin.readline().rstrip("\r\n")
+        if given is not None:
+            return given
+        if not _interactive():
+            fail(f"no password for the new account: use --password-stdin or set "
+                 f"{PASSWORD_VARIABLE} (there is no terminal to ask on)")
+        password = getpass.getpass("Password: ")
+        if password != getpass.getpass("Repeat password: "):
+            fail("the passwords differ")
+        return password
+    return read
+
+
 @app.command("create-admin")
 def create_admin(
-    email: str = typer.Option(..., prompt=True, help="E-mail of the super admin"),
-    first_name: str = typer.Option("Platform", help="First name"),
-    last_name: str = typer.Option("Administrator", help="Last name"),
-    password: str | None = typer.Option(None, envvar="HEALTHPLATFORM_ADMIN_PASSWORD",
-                                        help="Password (prompted when absent)"),
+    email: str | None = typer.Option(None, metavar="EMAIL", help="E-mail of the "
+                                     "administrator (asked when absent and on a terminal)"),
+    first_name: str = typer.Option("Platform", metavar="NAME", help="First name"),
+    last_name: str = typer.Option("Administrator", metavar="NAME", help="Last name"),
+    password_stdin: bool = typer.Option(False, "--password-stdin",
+                                        help="Read the password from the first line of "
+                                             "stdin (for scripts)"),
+    password: str | None = typer.Option(None, envvar=PASSWORD_VARIABLE, hidden=True),
 ) -> None:
-    """Create a SUPER:ADMIN user, or promote an existing user to SUPER:ADMIN."""
+    """Create a SUPER:ADMIN user, or promote an existing user to SUPER:ADMIN.
+
+    A promoted user keeps their password (none is asked). A new account's password comes
+    from --password-stdin, HEALTHPLATFORM_ADMIN_PASSWORD, or a prompt on a terminal."""
     from fhir_server.store import store_from_url
     from platform_api.auth.service import AuthService
 
-    if password is None:
-        password = getpass.getpass("Password: ")
-        if password != getpass.getpass("Repeat password: "):
-            console.print("[red]Passwords differ[/]")
-            raise typer.Exit(1)
+    if email is None:
+        if not _interactive():
+            fail("give the administrator's e-mail with --email")
+        email = typer.prompt("E-mail")
+    read_password = _password_reader(password_stdin, password)
 
-    async def run() -> str:
+    async def run(address: str) -> tuple[str, bool]:
         settings = Settings()
         store = store_from_url(settings.store_url)
         await store.open()
         try:
             auth = AuthService(settings, store)
             await auth.start()
-            user, _created = await auth.create_admin(email, password, first_name, last_name)
-            return str(user["id"])
+            existing = await auth.find_user_by_email(address)
+            secret = "" if existing is not None else read_password()
+            user, created = await auth.create_admin(address, secret, first_name, last_name)
+            return str(user["id"]), created
         finally:
             await store.close()
 
-    user_id = asyncio.run(run())
-    console.print(f"[green]SUPER:ADMIN[/] {email} ({user_id})")
+    try:
+        user_id, created = asyncio.run(run(email))
+    except ApiError as refusal:
+        fail(refusal.message)
+    said = "created" if created else "promoted (the password is unchanged)"
+    console.print(f"[green]SUPER:ADMIN[/] {email} ({user_id}) {said}", highlight=False,
+                  soft_wrap=True)
 
 
 @app.command("rotate-signing-key")
 def rotate_signing_key() -> None:
-    """Make a new Ed25519 token-signing key; tokens signed with older keys stay valid until
-    they expire, and running servers pick the new key up within half a minute."""
+    """Make a new Ed25519 token-signing key.
+
+    Tokens signed with older keys stay valid until they expire, and running servers pick
+    the new key up within half a minute."""
     from platform_api.auth.keys import KeyRing
 
     settings = Settings()
@@ -165,9 +278,11 @@ def reindex() -> None:
 
 @app.command()
 def purge() -> None:
-    """Delete the bookkeeping the platform no longer needs, now (the server also does it
-    every HEALTHPLATFORM_HOUSEKEEPING_INTERVAL_SECONDS): HL7v2 idempotency records and
-    dispatched events past their retention, expired tokens. Health data is kept."""
+    """Delete the bookkeeping the platform no longer needs, now.
+
+    The server also does it every HEALTHPLATFORM_HOUSEKEEPING_INTERVAL_SECONDS: HL7v2
+    idempotency records and dispatched events past their retention, expired tokens.
+    Health data is kept."""
     from fhir_server.store import store_from_url
     from platform_api.housekeeping import Housekeeping
 
@@ -192,14 +307,19 @@ app.add_typer(hl7, name="hl7")
 @hl7.command("send")
 def hl7_send(
     files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                                       metavar="FILE",
                                        help="Files of v2 messages (one, several, or a "
                                             "FHS/BHS batch)"),
-    host: str = typer.Option("127.0.0.1", help="MLLP host"),
-    port: int = typer.Option(2575, help="MLLP port"),
-    tls: bool = typer.Option(False, help="Use TLS"),
-    ca_file: str | None = typer.Option(None, help="CA bundle to verify the server (TLS)"),
-    insecure: bool = typer.Option(False, help="Do not verify the server certificate (TLS)"),
-    timeout: float = typer.Option(30.0, help="Seconds to wait for each acknowledgement"),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="MLLP host"),
+    port: int = typer.Option(2575, metavar="PORT", envvar="HEALTHPLATFORM_MLLP_PORT",
+                             help="MLLP port (the port `serve` listens on)"),
+    tls: bool = typer.Option(False, "--tls", help="Use TLS"),
+    ca_file: str | None = typer.Option(None, metavar="FILE",
+                                       help="CA bundle to verify the server (TLS)"),
+    insecure: bool = typer.Option(False, "--insecure",
+                                  help="Do not verify the server certificate (TLS)"),
+    timeout: float = typer.Option(30.0, metavar="SECONDS",
+                                  help="Seconds to wait for each acknowledgement"),
 ) -> None:
     """Send HL7 v2 messages over MLLP and print each acknowledgement (exit 1 on any NAK)."""
     from hl7_gateway.send import client_tls_context, send_files

@@ -1,10 +1,13 @@
 """Dead letter queue administration: ``/admin/dlq`` (spec: Events, Dead letter queue).
 
 Entries are the ``dead_letters`` documents written by the event bus (a handler failed or
-an event could not be decoded) and by the HL7v2 gateway (a message that failed mapping or
-storage, topic ``platform.hl7.message_failed``). Retrying re-delivers the entry's original
-event through the bus, so whichever handler owns the topic processes it again; an entry
-that fails again is replaced by the new failure, so one failed event is one entry.
+an event could not be decoded) and by the HL7v2 gateway (topic
+``platform.hl7.message_failed``: a message that did not parse, was rejected for its header
+(AR: message type, version or processing id this gateway does not take), or failed mapping
+or storage; the view shows its raw text, type and control id). Retrying re-delivers the
+entry's original event through the bus, so whichever handler owns the topic processes it
+again; an entry that fails again is replaced by the new failure, so one failed event is
+one entry.
 
 ``alert`` in the depth report is raised when the queue is deeper than
 ``dlq_alert_depth`` or its oldest entry is older than ``dlq_alert_age_seconds``:
@@ -43,6 +46,10 @@ class DeadLetterView(BaseModel):
     original_payload: str
     error: str
     created_at: str
+    # HL7v2 messages (topic platform.hl7.message_failed): what was received, as text.
+    raw_message: str | None = None
+    message_type: str | None = None
+    control_id: str | None = None
 
 
 class DepthView(BaseModel):

@@ -12,6 +12,8 @@ served without a request leaving the machine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.staticfiles import StaticFiles
@@ -28,11 +30,12 @@ STATIC_URL = "/docs/static"
 ASSETS_PACKAGE = ("fastapi_offline", "static")
 
 
-def install_docs(app: FastAPI) -> None:
+def install_docs(app: FastAPI, pages: Mapping[str, tuple[str, str]] | None = None) -> None:
     """Serve Swagger UI at ``/docs``, and its OAuth2 redirect page, from local assets.
 
     The app must be created with ``docs_url=None, redoc_url=None`` (FastAPI's CDN pages
-    would otherwise be served too) and must keep its ``openapi_url``.
+    would otherwise be served too) and must keep its ``openapi_url``. ``pages``: more
+    Swagger UI pages, ``{path: (title, url of their OpenAPI document)}``.
     """
     if app.openapi_url is None:
         raise ValueError("install_docs needs the OpenAPI schema; the app has openapi_url=None")
@@ -46,24 +49,35 @@ def install_docs(app: FastAPI) -> None:
 
     app.mount(STATIC_URL, StaticFiles(packages=[ASSETS_PACKAGE]), name="docs-static")
 
-    @app.get(DOCS_URL, include_in_schema=False)
-    async def swagger_ui(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "").rstrip("/")
-        return allow_inline_scripts(get_swagger_ui_html(
-            openapi_url=f"{root}{openapi_url}",
-            title=f"{app.title} - Swagger UI",
-            swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{STATIC_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png",
-            oauth2_redirect_url=f"{root}{oauth2_redirect_url}" if oauth2_redirect_url else None,
-            init_oauth=app.swagger_ui_init_oauth,
-            # validatorUrl None: Swagger UI would otherwise send the schema to an
-            # online validator.
-            swagger_ui_parameters={"validatorUrl": None, **(app.swagger_ui_parameters or {})},
-        ))
+    def page(path: str, title: str, document_url: str) -> None:
+        @app.get(path, include_in_schema=False)
+        async def swagger_ui(request: Request) -> HTMLResponse:
+            return _swagger_page(app, request, title, document_url)
+
+    page(DOCS_URL, app.title, openapi_url)
+    for path, (title, document_url) in (pages or {}).items():
+        page(path, title, document_url)
 
     if oauth2_redirect_url:
 
         @app.get(oauth2_redirect_url, include_in_schema=False)
         async def swagger_ui_oauth2_redirect() -> HTMLResponse:
             return allow_inline_scripts(get_swagger_ui_oauth2_redirect_html())
+
+
+def _swagger_page(app: FastAPI, request: Request, title: str, openapi_url: str
+                  ) -> HTMLResponse:
+    oauth2_redirect_url = app.swagger_ui_oauth2_redirect_url
+    root = request.scope.get("root_path", "").rstrip("/")
+    return allow_inline_scripts(get_swagger_ui_html(
+        openapi_url=f"{root}{openapi_url}",
+        title=f"{title} - Swagger UI",
+        swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{STATIC_URL}/swagger-ui.css",
+        swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+        oauth2_redirect_url=f"{root}{oauth2_redirect_url}" if oauth2_redirect_url else None,
+        init_oauth=app.swagger_ui_init_oauth,
+        # validatorUrl None: Swagger UI would otherwise send the schema to an
+        # online validator.
+        swagger_ui_parameters={"validatorUrl": None, **(app.swagger_ui_parameters or {})},
+    ))

@@ -64,6 +64,7 @@ from platform_api.auth.principal import Principal
 from platform_api.envelope import (
     ApiError,
     Envelope,
+    ErrorEnvelope,
     PageEnvelope,
     Pagination,
     conflict,
@@ -518,9 +519,11 @@ class Facade:
                 stored = await facade.create_from(ctx, body.model_dump(exclude_unset=True))
                 return created(await facade.render_one(ctx, stored))
             _declare(create_route, scope, body=create_model)
+            conflicts = {self.unique.code: self.unique.message} if self.unique else {}
             router.add_api_route(prefix, create_route, methods=["POST"], status_code=201,
                                  response_model=view_env, summary=said["create"],
-                                 tags=list(self.tags) or None)
+                                 tags=list(self.tags) or None,
+                                 responses=conflict_responses(conflicts))
 
         if "get" in ops:
             async def get_route(resource_id: str, ctx: ApiContext = Depends(api_context),
@@ -554,11 +557,14 @@ class Facade:
                                  summary=said["delete"], tags=list(self.tags) or None)
 
     def route(self, method: str, path: str, *, summary: str, body: type[BaseModel] | None
-              = None, status_code: int = 200, load: bool = True
+              = None, status_code: int = 200, load: bool = True,
+              conflicts: Mapping[str, str] | None = None
               ) -> Callable[[ItemHandler], ItemHandler]:
         """Mount ``handler(ctx: ItemContext) -> resource`` at ``prefix + path`` (``path``
         names the item ``{resource_id}``, and may name more path parameters, read from
-        ``ctx.path``); the answer is the view of what it returns."""
+        ``ctx.path``); the answer is the view of what it returns. ``conflicts``: the 409
+        codes the handler may answer and when, for the OpenAPI document (the other
+        refusals are documented for every route)."""
         facade, router = self, self._mounted()
         scope = [*_path_params(self._prefix),
                  *(p for p in _path_params(path) if p != "resource_id")]
@@ -578,7 +584,8 @@ class Facade:
             router.add_api_route(self._prefix + path, endpoint, methods=[method],
                                  status_code=status_code,
                                  response_model=Envelope[self.view],  # type: ignore[name-defined]
-                                 summary=summary, tags=list(self.tags) or None)
+                                 summary=summary, tags=list(self.tags) or None,
+                                 responses=conflict_responses(conflicts or {}))
             return handler
         return decorate
 
@@ -597,12 +604,22 @@ class Facade:
                 moved = change(moved, ctx)
             return await ctx.save(moved, event=event, payload=self._event_payload(moved))
         move.__name__ = f"{name}_{self.resource.lower()}"
-        self.route("POST", "/{resource_id}/" + name, summary=summary)(move)
+        self.route("POST", "/{resource_id}/" + name, summary=summary, conflicts={
+            "INVALID_TRANSITION": f"the status table has no move to {to!r} from the "
+                                  "current status"})(move)
 
     def _mounted(self) -> APIRouter:
         if self._router is None:
             raise RuntimeError(f"mount the {self.name} facade before adding routes to it")
         return self._router
+
+
+def conflict_responses(conflicts: Mapping[str, str]) -> dict[int | str, dict[str, Any]]:
+    """The 409 of a route in the OpenAPI document, its codes and when each is answered."""
+    if not conflicts:
+        return {}
+    said = "; ".join(f"{code}: {when}" for code, when in conflicts.items())
+    return {409: {"model": ErrorEnvelope, "description": f"Conflict ({said})"}}
 
 
 SAVE_ATTEMPTS = 3

@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 
 from platform_api.envelope import JSONResponse
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="Liveness and store readiness (public)")
+class Health(BaseModel):
+    status: str  # ok | unavailable
+    store: str  # ok | unavailable
+
+
+@router.get("/healthz", summary="Liveness and store readiness (public)", response_model=Health,
+            responses={503: {"model": Health, "description": "The store cannot be reached"}})
 async def healthz(request: Request) -> Any:
     services = request.app.state.services
     try:

@@ -411,7 +411,8 @@ async def _message_bytes(request: Request) -> bytes:
         try:
             payload = IngestRequest.model_validate(orjson.loads(body or b"null"))
         except orjson.JSONDecodeError as exc:
-            raise ApiError(422, "VALIDATION_ERROR", f"The body is not JSON: {exc}") from None
+            raise ApiError(400, "INVALID_JSON", f"The request body is not valid JSON: {exc}"
+                           ) from None
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ApiError(422, "VALIDATION_ERROR", f"message: {first['msg']}",

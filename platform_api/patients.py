@@ -9,7 +9,7 @@ Mapping (/api field → FHIR Patient element):
     email          → telecom[system=email].value
     mrn (org)      → identifier[type=MR, system=urn:healthplatform:organization:<org>:mrn]
     organization   → managingOrganization (the organization that registered the patient)
-    created_at     → meta.lastUpdated of version 1
+    created_at     → meta.lastUpdated of version 1 (the history: one question for a page)
     updated_at     → meta.lastUpdated
 
 Who a record belongs to is in the record itself, so there are no side documents:
@@ -35,8 +35,15 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, EmailStr, Field
 
 from fhir_server.ownership import OWNER_SYSTEM
-from fhir_server.store import ResourceNotFound, StoreError
-from platform_api.envelope import Envelope, PageEnvelope, Pagination, not_found, ok, pagination
+from platform_api.envelope import (
+    Envelope,
+    ErrorEnvelope,
+    PageEnvelope,
+    Pagination,
+    not_found,
+    ok,
+    pagination,
+)
 from platform_api.facade import ApiContext, Facade, OrganizationScope, Unique, api_context
 
 JSON = dict[str, Any]
@@ -178,23 +185,22 @@ def patient_from_fhir(patient: JSON, organization_id: str | None = None) -> JSON
     }
 
 
-async def _created_at(ctx: ApiContext, patient: JSON) -> str | None:
-    meta = patient.get("meta", {})
-    if meta.get("versionId") == "1":
-        return meta.get("lastUpdated")  # type: ignore[no-any-return]
-    try:
-        return (await ctx.services.store.read("Patient", patient["id"], 1)).last_updated
-    except (ResourceNotFound, StoreError):
-        return None  # version 1 was a tombstone: the id was reused after a delete
-
-
 async def patient_views(ctx: ApiContext, patients: list[JSON]) -> list[JSON]:
-    """Views; the creation instant is read for a single record (get, create), not for a
-    page of them."""
+    """Views with their creation instant: version 1's ``lastUpdated``, read from the
+    history for the page's later versions in one store question.
+
+    Why not an element in the Patient: FHIR R4 has no creation date in ``meta``, and an
+    extension carrying one would repeat what the history already records, in a place
+    every client that replaces the resource (PUT) could drop or change; the history
+    cannot be rewritten."""
     org_id = ctx.path.get("org_id")
     views = [patient_from_fhir(p, org_id) for p in patients]
-    if len(patients) == 1:
-        views[0]["created_at"] = await _created_at(ctx, patients[0])
+    later = [p["id"] for p in patients if p.get("meta", {}).get("versionId") != "1"]
+    created = await ctx.services.store.created_instants("Patient", later) if later else {}
+    for patient, view in zip(patients, views, strict=True):
+        meta = patient.get("meta", {})
+        view["created_at"] = meta.get("lastUpdated") if meta.get("versionId") == "1" \
+            else created.get(patient["id"])
     return views
 
 
@@ -251,7 +257,9 @@ router = APIRouter(tags=["patients"])
 
 
 @router.get("/api/patients/me", response_model=Envelope[PatientView],
-            summary="The caller's patient profile")
+            summary="The caller's patient profile",
+            responses={404: {"model": ErrorEnvelope,
+                             "description": "The caller has no patient profile yet"}})
 async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
     found = await ctx.fhir.search("Patient", [
         ("identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}")])

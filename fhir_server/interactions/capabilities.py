@@ -2,7 +2,14 @@
 router really mounts and what the search engine really supports: per type every
 searchable parameter of the registry (custom ones after a reindex), the reference
 parameters usable in ``_include``/``_revinclude``, conditional interactions, and the
-system-level interactions (transaction, batch, search-system, history-system)."""
+system-level interactions (transaction, batch, search-system, history-system).
+
+The whole statement is large (every parameter of 146 types, about 0.9 MB), so the
+parameters a read takes apply (R4 3.1.0.1.6): ``_summary=true`` keeps the elements R4
+marks as summary, nested ones included (per type its name, profile and operations:
+about 3% of the size), ``_summary=text|data|false`` and ``_elements=a,b`` as for any
+resource; a subset carries the ``SUBSETTED`` tag.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +22,10 @@ from starlette.responses import Response
 from fhir_server.clock import now_instant
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
+from fhir_server.outcome import FhirError
+from fhir_server.patches import MEDIA_TYPES as PATCH_FORMATS
 from fhir_server.search.registry import SearchRegistry
+from fhir_server.search.summary import SUBSETTED, select_elements, summarize
 from fhir_server.validation import resource_types
 
 SOFTWARE_VERSION = "0.1.0"
@@ -88,7 +98,7 @@ def capability_statement(
         "implementation": {"description": "healthplatform FHIR R4 server", "url": fhir_base},
         "fhirVersion": "4.0.1",
         "format": ["application/fhir+json", "json"],
-        "patchFormat": ["application/json-patch+json"],
+        "patchFormat": list(PATCH_FORMATS),
         "rest": [{
             "mode": "server",
             "documentation": (
@@ -115,7 +125,62 @@ def capability_statement(
     }
 
 
-async def capabilities(ctx: FhirContext, request: Request, statement: dict[str, Any]
-                       ) -> Response:
+# The elements of CapabilityStatement that R4 marks isSummary (its StructureDefinition),
+# as paths below the resource; a backbone element listed with children keeps only those.
+SUMMARY_PATHS = frozenset({
+    "id", "meta", "implicitRules", "url", "version", "name", "title", "status",
+    "experimental", "date", "publisher", "contact", "useContext", "jurisdiction", "kind",
+    "instantiates", "imports", "software", "software.name", "software.version",
+    "software.releaseDate", "implementation", "implementation.description",
+    "implementation.url", "implementation.custodian", "fhirVersion", "format",
+    "patchFormat", "implementationGuide", "rest", "rest.mode", "rest.security",
+    "rest.security.cors", "rest.security.service", "rest.resource", "rest.resource.type",
+    "rest.resource.profile", "rest.resource.supportedProfile", "rest.resource.operation",
+    "rest.resource.operation.name", "rest.resource.operation.definition", "rest.operation",
+    "messaging", "messaging.supportedMessage", "messaging.supportedMessage.mode",
+    "messaging.supportedMessage.definition", "document", "document.mode", "document.profile",
+})
+_PARENTS = frozenset(path.rsplit(".", 1)[0] for path in SUMMARY_PATHS if "." in path)
+
+
+def summary_statement(statement: dict[str, Any]) -> dict[str, Any]:
+    """``_summary=true``: the summary elements, at every depth, tagged SUBSETTED."""
+    summary = _summary_of(statement, "")
+    meta = dict(summary.get("meta") or {})
+    meta["tag"] = [*(meta.get("tag") or []), SUBSETTED]
+    return {"resourceType": statement["resourceType"], **summary, "meta": meta}
+
+
+def _summary_of(node: dict[str, Any], path: str) -> dict[str, Any]:
+    kept = {}
+    for key, value in node.items():
+        child = f"{path}.{key}" if path else key
+        if child not in SUMMARY_PATHS:
+            continue
+        if child in _PARENTS:  # a backbone element: its own summary elements only
+            value = [_summary_of(v, child) for v in value] if isinstance(value, list) \
+                else _summary_of(value, child)
+        kept[key] = value
+    return kept
+
+
+def statement_for(request: Request, statement: dict[str, Any], summary: dict[str, Any],
+                  registry: SearchRegistry) -> dict[str, Any]:
+    """The statement as the request's ``_summary`` / ``_elements`` ask for it."""
+    params = request.query_params
+    mode = params.get("_summary")
+    elements = [e.strip() for e in params.get("_elements", "").split(",") if e.strip()]
+    if mode in (None, "false"):
+        return select_elements(statement, elements, registry) if elements else statement
+    if mode == "true":
+        return summary
+    if mode in ("text", "data"):
+        return summarize(statement, mode, registry)
+    raise FhirError.of(400, "invalid", f"_summary={mode!r}: the capability statement "
+                       "takes true, text, data or false", "_summary")
+
+
+async def capabilities(ctx: FhirContext, request: Request, statement: dict[str, Any],
+                       summary: dict[str, Any]) -> Response:
     check_format(request)
-    return FhirResponse(statement)
+    return FhirResponse(statement_for(request, statement, summary, ctx.service.registry))

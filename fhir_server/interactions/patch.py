@@ -1,6 +1,8 @@
-"""patch: ``PATCH [base]/[type]/[id]`` with a JSON Patch (``application/json-patch+json``);
-``PATCH [base]/[type]?criteria`` patches the one resource that matches (none: 404,
-several: 412)."""
+"""patch: ``PATCH [base]/[type]/[id]`` with a JSON Patch (``application/json-patch+json``),
+a JSON Merge Patch (``application/merge-patch+json``, or a plain ``application/json``
+object as fhirpy sends it) or a FHIRPath Patch (a ``Parameters`` resource): see
+``fhir_server.patches``. ``PATCH [base]/[type]?criteria`` patches the one resource that
+matches (none: 404, several: 412)."""
 
 from __future__ import annotations
 
@@ -17,19 +19,17 @@ from fhir_server.http import (
 )
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
+from fhir_server.patches import patch_from_body
 from fhir_server.store import MultipleMatches
 
 
 async def patch(ctx: FhirContext, request: Request, resource_type: str, resource_id: str
                 ) -> Response:
     check_format(request)
-    content_type = request.headers.get("content-type", "").split(";")[0].strip()
-    if content_type != "application/json-patch+json":
-        raise FhirError.of(415, "not-supported",
-                           "PATCH takes a JSON Patch with Content-Type application/json-patch+json")
+    content_type = request.headers.get("content-type", "")
     if_match = parse_etag(request.headers.get("if-match"))
-    operations = await read_json_body(request)
-    stored = await ctx.caller(request).patch(resource_type, resource_id, operations,
+    body = patch_from_body(content_type, await read_json_body(request, patch=True))
+    stored = await ctx.caller(request).patch(resource_type, resource_id, body,
                                              if_match=if_match)
     return resource_response(stored, prefer=prefer_return(request))
 

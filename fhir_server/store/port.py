@@ -258,6 +258,12 @@ class ResourceStore(Protocol):
         """The current version, a tombstone included; ``None`` if the id was never used."""
         ...
 
+    async def created_instants(self, resource_type: str, ids: Sequence[str]
+                               ) -> dict[str, str]:
+        """When each of ``ids`` was created: the ``lastUpdated`` of its version 1, for
+        the ids that have one (one question for a page of resources, not one read each)."""
+        ...
+
     async def history(
         self, resource_type: str | None, id: str | None, *, since: str | None = None,
         at_or_before: str | None = None, count: int = 50, before_seq: int | None = None,

@@ -441,6 +441,19 @@ class SQLiteStore:
             raise ResourceGone(resource_type, id, stored.version)
         return stored
 
+    async def created_instants(self, resource_type: str, ids: Sequence[str]
+                               ) -> dict[str, str]:
+        found: dict[str, str] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), 500):  # well under SQLite's variable limit
+            chunk = unique[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(self.conn.execute(
+                "SELECT id, last_updated FROM versions "
+                f"WHERE type = ? AND version = 1 AND id IN ({marks})",
+                (resource_type, *chunk)).fetchall())
+        return found
+
     async def read_current(self, resource_type: str, id: str) -> StoredResource | None:
         row = self.conn.execute(
             "SELECT v.type, v.id, v.version, v.last_updated, v.deleted, v.body, v.method "

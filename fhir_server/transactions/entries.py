@@ -10,13 +10,9 @@ the caller: a read, a vread or a searchset.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
-
-import orjson
 
 from fhir_server.bundle import raw
 from fhir_server.caller import CallerFhir
@@ -154,21 +150,6 @@ def _check_shape(entry: Entry) -> None:
             check_id(entry.resource_id)
         except FhirError as exc:
             raise entry.fail(exc) from None
-
-
-def patch_operations(resource: Any) -> Any:
-    """A PATCH entry carries its JSON Patch as a Binary (R4 3.1.0.11.2)."""
-    if isinstance(resource, dict) and resource.get("resourceType") == "Binary":
-        try:
-            return orjson.loads(base64.b64decode(resource.get("data", ""), validate=True))
-        except (binascii.Error, orjson.JSONDecodeError):
-            raise FhirError.of(400, "structure", "The Binary does not hold a JSON Patch"
-                               ) from None
-    raise FhirError.of(400, "not-supported",
-                       "PATCH entries take a Binary holding a JSON Patch (FHIRPath Patch "
-                       "Parameters are not supported)")
-
-
 
 
 def response_entry(stored: StoredResource, status: int, base_url: str, prefer: str | None

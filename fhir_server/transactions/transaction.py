@@ -35,6 +35,7 @@ from typing import Any
 from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
+from fhir_server.patches import patch_from_entry
 from fhir_server.search.plan import SearchPlan
 from fhir_server.store import Condition, ConditionChanged, MultipleMatches, StoreError
 from fhir_server.store.port import Staging
@@ -42,7 +43,6 @@ from fhir_server.transactions.entries import (
     ORDER,
     STATUS_TEXT,
     Entry,
-    patch_operations,
     read_entry,
     response_entry,
 )
@@ -249,7 +249,7 @@ class Transaction:
                     body, if_match=entry.if_match, expected_type=kind, condition=condition))
             elif entry.method == "PATCH":
                 entry.staged.append(await unit.patch(
-                    kind, entry.target_id, patch_operations(entry.resource),
+                    kind, entry.target_id, patch_from_entry(entry.resource),
                     if_match=entry.if_match))
             elif entry.method == "DELETE":
                 targets = entry.expected if entry.resource_id is None else (entry.target_id,)

@@ -73,6 +73,17 @@ async def test_every_version_stays_readable(store):
     assert (await store.read("Patient", "p1")).version == 3
 
 
+async def test_created_instants_are_when_each_first_version_was_written(store):
+    first = await write(store, "create", "p1", patient("Odhiambo"))
+    await write(store, "update", "p1", patient("Odhiambo", given="Wanjiru"))
+    second = await write(store, "create", "p2", patient("Mensah", given="Kwame"))
+    await write(store, "delete", "p2")
+    created = await store.created_instants("Patient", ["p2", "p1", "p1", "unknown"])
+    assert created == {"p1": first.last_updated, "p2": second.last_updated}
+    assert await store.created_instants("Observation", ["p1"]) == {}
+    assert await store.created_instants("Patient", []) == {}
+
+
 async def test_update_with_stale_version_conflicts(store):
     await write(store, "create", "p1", patient("Odhiambo"))
     await write(store, "update", "p1", patient("Mensah"), if_match=1)

@@ -112,3 +112,34 @@ def test_fhirpy_creates_searches_with_chains_and_includes_and_pages(server: str)
         assert await client.resources("Observation").count() == 7
 
     asyncio.run(scenario())
+
+
+def test_fhirpy_patch_and_save_with_fields_send_merge_patches(server: str):
+    """fhirpy's patch() and save(fields=...) send the changed elements as
+    application/json (a null removes one): the server reads that as a JSON Merge Patch,
+    so only those elements change."""
+    async def scenario() -> None:
+        client = AsyncFHIRClient(f"{server}/fhir", authorization=f"Bearer {await token(server)}")
+        amina = client.resource("Patient", name=[{"family": "Odhiambo", "given": ["Amina"]}],
+                                identifier=[{"system": MRN, "value": "KE-FHIRPY-7"}],
+                                birthDate="1988-04-12", gender="female",
+                                telecom=[{"system": "phone", "value": "+254712345678"}])
+        await amina.save()
+
+        await amina.patch(gender="other")  # save(fields=["gender"]) underneath
+        stored = await client.reference("Patient", amina.id).to_resource()
+        assert stored.gender == "other" and stored.meta.versionId == "2"
+        assert stored.birthDate == "1988-04-12" and stored.telecom[0]["value"] == "+254712345678"
+
+        amina["birthDate"] = "1988-04-13"
+        amina["telecom"] = [{"system": "phone", "value": "+254700111222"}]
+        await amina.save(fields=["birthDate"])  # telecom changed locally but not sent
+        stored = await client.reference("Patient", amina.id).to_resource()
+        assert stored.birthDate == "1988-04-13"
+        assert stored.telecom[0]["value"] == "+254712345678"
+
+        patched = await client.patch("Patient", amina.id, telecom=None, active=True)
+        assert patched["active"] is True and "telecom" not in patched
+        assert patched["name"][0]["family"] == "Odhiambo"
+
+    asyncio.run(scenario())

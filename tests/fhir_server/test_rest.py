@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
@@ -212,6 +214,23 @@ async def test_paths_no_interaction_serves_are_404_or_405_outcomes(client, h):
     assert again.status_code == 200
 
 
+async def test_a_method_the_capability_statement_does_not_take_is_405_with_allow(client, h):
+    """``/metadata``, ``_search``, ``_history`` and ``$everything`` are served by their own
+    routes only: another method there is a 405, not an interaction on a type or id of that
+    name (a conditional delete of the type "metadata" answered 404)."""
+    for method, path, allow in (("DELETE", "/fhir/metadata", "GET"),
+                                ("PUT", "/fhir/metadata", "GET"),
+                                ("GET", "/fhir/Patient/_search", "POST"),
+                                ("DELETE", "/fhir/Patient/_history", "GET"),
+                                ("POST", "/fhir/Patient/1/$everything", "GET")):
+        response = await client.request(method, path, headers=h)
+        assert response.status_code == 405, (method, path, response.text)
+        assert response.headers["allow"] == allow
+        assert response.json()["resourceType"] == "OperationOutcome"
+    assert (await client.get("/fhir/metadata")).status_code == 200
+    assert (await client.post("/fhir/Patient/_search", headers=h)).status_code == 200
+
+
 async def test_unknown_type_is_404_and_xml_is_refused(client, h):
     assert (await client.get("/fhir/Spaceship/1", headers=h)).status_code == 404
     xml = await client.get("/fhir/Patient?_format=xml", headers=h)
@@ -323,6 +342,85 @@ async def test_a_large_resource_is_validated_and_indexed_off_the_event_loop(app,
     assert where[1] == (1, main)
     found = await client.get("/fhir/Patient?family=Ochieng2999", headers=h)
     assert [e["resource"]["id"] for e in found.json()["entry"]] == [large.json()["id"]]
+async def test_patch_with_json_merge_patch(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    response = await client.patch(url, json={"active": True, "gender": None},
+                                  headers={**h, "Content-Type": "application/merge-patch+json"})
+    assert response.status_code == 200, response.text
+    patched = response.json()
+    assert patched["active"] is True and "gender" not in patched
+    assert patched["name"] == amina()["name"] and patched["meta"]["versionId"] == "2"
+    invalid = await client.patch(url, json={"gender": "robot"},
+                                 headers={**h, "Content-Type": "application/merge-patch+json"})
+    assert invalid.status_code == 400
+    assert "Patient.gender" in invalid.json()["issue"][0]["expression"]
+
+
+async def test_patch_with_a_plain_json_object_is_a_merge_patch(client, h):
+    """What fhirpy's patch() and save(fields=...) send (see test_fhirpy_client)."""
+    created = (await create(client, h)).json()
+    response = await client.patch(f"/fhir/Patient/{created['id']}",
+                                  json={"birthDate": "1988-04-13"},
+                                  headers={**h, "Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.json()["birthDate"] == "1988-04-13"
+
+
+async def test_patch_with_fhirpath_patch_parameters(client, h):
+    created = (await create(client, h)).json()
+    url = f"/fhir/Patient/{created['id']}"
+    parameters = {"resourceType": "Parameters", "parameter": [
+        {"name": "operation", "part": [
+            {"name": "type", "valueCode": "replace"},
+            {"name": "path", "valueString": "Patient.telecom.where(system = 'phone').value"},
+            {"name": "value", "valueString": "+254722000111"}]},
+        {"name": "operation", "part": [
+            {"name": "type", "valueCode": "add"},
+            {"name": "path", "valueString": "Patient"},
+            {"name": "name", "valueString": "maritalStatus"},
+            {"name": "value", "valueCodeableConcept": {"coding": [{
+                "system": "http://terminology.hl7.org/CodeSystem/v3-MaritalStatus",
+                "code": "M"}]}}]},
+        {"name": "operation", "part": [
+            {"name": "type", "valueCode": "delete"},
+            {"name": "path", "valueString": "Patient.name[0].given[1]"}]}]}
+    response = await client.patch(url, json=parameters, headers=h)  # application/fhir+json
+    assert response.status_code == 200, response.text
+    patched = response.json()
+    assert patched["telecom"][0]["value"] == "+254722000111"
+    assert patched["maritalStatus"]["coding"][0]["code"] == "M"
+    assert patched["name"][0]["given"] == ["Amina"]
+    nothing = {"resourceType": "Parameters", "parameter": [{"name": "operation", "part": [
+        {"name": "type", "valueCode": "replace"},
+        {"name": "path", "valueString": "Patient.deceased"},
+        {"name": "value", "valueBoolean": True}]}]}
+    refused = await client.patch(url, json=nothing, headers=h)
+    assert refused.status_code == 422
+    assert refused.json()["issue"][0]["expression"] == ["Parameters.parameter[0]"]
+    text = await client.patch(url, content=b"gender=male",
+                              headers={**h, "Content-Type": "text/plain"})
+    assert text.status_code == 415
+
+
+async def test_a_transaction_patches_with_fhirpath_and_merge_patch(client, h):
+    first = (await create(client, h)).json()
+    second = (await create(client, h, {**amina(), "identifier": []})).json()
+    merge = base64.b64encode(json.dumps({"active": False}).encode()).decode()
+    bundle = {"resourceType": "Bundle", "type": "transaction", "entry": [
+        {"resource": {"resourceType": "Parameters", "parameter": [{"name": "operation", "part": [
+            {"name": "type", "valueCode": "add"}, {"name": "path", "valueString": "Patient"},
+            {"name": "name", "valueString": "active"},
+            {"name": "value", "valueBoolean": True}]}]},
+         "request": {"method": "PATCH", "url": f"Patient/{first['id']}"}},
+        {"resource": {"resourceType": "Binary", "contentType": "application/merge-patch+json",
+                      "data": merge},
+         "request": {"method": "PATCH", "url": f"Patient/{second['id']}"}}]}
+    response = await client.post("/fhir", json=bundle, headers=h)
+    assert response.status_code == 200, response.text
+    assert (await client.get(f"/fhir/Patient/{first['id']}", headers=h)).json()["active"]
+    assert (await client.get(f"/fhir/Patient/{second['id']}", headers=h)).json()[
+        "active"] is False
 
 
 async def test_delete_then_read_is_410_and_history_keeps_it(client, h):

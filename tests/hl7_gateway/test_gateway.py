@@ -15,6 +15,7 @@ from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
 from fhir_server.store import store_from_url
+from hl7_gateway.ack import HeaderPolicy
 from hl7_gateway.gateway import (
     DEAD_LETTERS,
     MESSAGES,
@@ -27,7 +28,7 @@ from hl7_gateway.merge import overlay
 from hl7_gateway.mllp import MLLPClient, MLLPServer
 from hl7_gateway.parser import encode_message, parse
 from hl7_gateway.send import messages_in, send_files
-from tests.hl7_gateway.hl7_samples import SAMPLES_DIR, sample_files
+from tests.hl7_gateway.hl7_samples import sample_files
 from tests.hl7_gateway.messages import CHEMISTRY, EXPECTED_ACKS, adt, oru
 
 JSON = dict[str, Any]
@@ -74,8 +75,6 @@ async def search(fhir: FhirService, kind: str, *params: tuple[str, str]) -> list
 
 async def test_every_sample_over_mllp_gets_its_acknowledgements(mllp: MLLPServer,
                                                                fhir: FhirService) -> None:
-    if not SAMPLES_DIR.is_dir():
-        pytest.skip("HL7 samples not found")
     results = await send_files(sample_files(), "127.0.0.1", mllp.port, reply_timeout=10)
     got: dict[str, list[str]] = {}
     for sent in results:
@@ -275,6 +274,44 @@ async def test_unsupported_header_values_are_rejected_ar_with_their_code(
         reply = await client.send(_header(oru("HDR-1"), **fields))
     assert msa(reply) == ("AR", "HDR-1")
     assert (code, "E") in errs(reply)
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"f9": "MFN^M02"}, "MFN"), ({"f12": "3.0"}, "version '3.0' is not supported"),
+    ({"f11": "X"}, "processing id 'X' is not accepted"),
+])
+async def test_a_rejected_message_is_kept_as_a_dead_letter_with_why(
+        gateway: HL7Gateway, fhir: FhirService, fields: dict[str, str], reason: str) -> None:
+    raw = _header(oru("AR-1"), **fields)
+    processed = await gateway.process(raw)
+    assert msa(processed.acks[0]) == ("AR", "AR-1")
+    entry = await fhir.store.get_document(DEAD_LETTERS, processed.dead_letter_id or "")
+    assert entry is not None
+    assert entry["topic"] == "platform.hl7.message_failed"
+    assert entry["raw_message"].startswith("MSH|^~\\&|CITYLAB-LIS")
+    assert "AR-1" in entry["raw_message"] and "OBX|" in entry["raw_message"]
+    assert entry["error"].startswith("rejected: ") and reason in entry["error"]
+    assert entry["control_id"] == "AR-1"
+    # A resend is answered the same way and replaces its entry rather than adding one.
+    again = await gateway.process(raw)
+    assert again.dead_letter_id == processed.dead_letter_id
+    assert len(await fhir.store.find_documents(DEAD_LETTERS)) == 1
+
+
+async def test_a_rejected_message_replays_once_the_gateway_takes_it(fhir: FhirService
+                                                                    ) -> None:
+    """An analyst replays what a narrower gateway refused (here: one taking ADT only),
+    once the gateway takes it: the result is stored and the entry goes."""
+    adt_only = HL7Gateway(fhir, policy=HeaderPolicy(message_types={"ADT": None}))
+    refused = await adt_only.process(oru("AR-REPLAY-1"))
+    assert refused.ack_code == "AR" and refused.dead_letter_id is not None
+    with pytest.raises(RuntimeError, match="failed again"):
+        await adt_only.retry_dead_letter(refused.dead_letter_id)
+    assert await search(fhir, "Observation") == []
+    replayed = await HL7Gateway(fhir).retry_dead_letter(refused.dead_letter_id)
+    assert replayed.ack_code == "AA"
+    assert len(await search(fhir, "Observation")) == len(CHEMISTRY)
+    assert await fhir.store.get_document(DEAD_LETTERS, refused.dead_letter_id) is None
 
 
 async def test_a_mapping_failure_is_ae_with_err_and_a_dead_letter(gateway: HL7Gateway,

@@ -75,3 +75,14 @@ def test_send_reports_an_unreachable_server(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["hl7", "send", str(path), "--port", "1"])
     assert result.exit_code == 2
     assert "cannot reach 127.0.0.1:1" in result.output
+
+
+def test_send_goes_to_the_port_of_healthplatform_mllp_port(tmp_path: Path, server_port: int
+                                                           ) -> None:
+    """The server listens on HEALTHPLATFORM_MLLP_PORT; the sender without --port uses it."""
+    single = tmp_path / "result.hl7"
+    single.write_bytes(oru("CLI-ENV-1"))
+    result = CliRunner().invoke(app, ["hl7", "send", str(single)],
+                                env={"HEALTHPLATFORM_MLLP_PORT": str(server_port)})
+    assert result.exit_code == 0, result.output
+    assert result.output.split()[0] == "AA"

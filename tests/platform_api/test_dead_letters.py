@@ -83,3 +83,26 @@ async def test_depth_alerts_past_the_threshold(app, client, admin, settings):
 async def test_only_platform_admins(client, user):
     assert (await client.get("/admin/dlq")).status_code == 401
     assert (await client.get("/admin/dlq", headers=user["headers"])).status_code == 403
+
+
+async def test_an_hl7_message_rejected_with_ar_is_listed_with_its_text_and_reason(
+        client, admin):
+    """An unsupported message type (here a master file update) is refused with AR and kept,
+    so an interface analyst sees what the lab sent and why it was refused."""
+    message = ("MSH|^~\\&|CITYLAB-LIS|CITY LAB|HEALTHPLATFORM|KCC|20260301101500||MFN^M02|"
+               "MFN-0001|P|2.5.1\rMFI|PRA^Practitioner master file^HL70175||UPD|||AL\r")
+    ingested = await client.post("/api/lab/hl7-ingest", content=message.encode(),
+                                 headers={**admin["headers"],
+                                          "Content-Type": "x-application/hl7-v2+er7"})
+    data = ingested.json()["data"]
+    assert data["ack_code"] == "AR" and data["dead_letter_id"]
+    listing = (await client.get("/admin/dlq", params={"topic": "platform.hl7.message_failed"},
+                                headers=admin["headers"])).json()
+    [entry] = listing["data"]
+    assert entry["id"] == data["dead_letter_id"]
+    assert entry["raw_message"].startswith("MSH|^~\\&|CITYLAB-LIS|CITY LAB")
+    assert (entry["message_type"], entry["control_id"]) == ("MFN^M02", "MFN-0001")
+    assert entry["error"].startswith("rejected: ") and "MFN" in entry["error"]
+    retried = await client.post(f"/admin/dlq/{entry['id']}/retry", headers=admin["headers"])
+    assert retried.status_code == 409  # still a type the gateway does not take
+    assert "failed again" in retried.json()["error"]["message"]

@@ -7,7 +7,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import APIRouter
 
 from platform_api.app import create_app
-from tests.conftest import make_settings
+from tests.conftest import make_settings, register_and_login
 
 
 async def test_unknown_route_is_404_envelope(client):
@@ -46,6 +46,40 @@ async def test_request_id_header_is_returned(client):
     response = await client.get("/healthz", headers={"X-Request-ID": "trace-123"})
     assert response.headers["x-request-id"] == "trace-123"
     assert len((await client.get("/healthz")).headers["x-request-id"]) >= 16
+
+
+async def test_malformed_json_says_what_is_wrong_and_where_not_as_a_field(client):
+    user = await register_and_login(client)
+    response = await client.post(
+        "/api/organizations", content=b'{"name": "Kibera Community Clinic",\n "type": clinic}',
+        headers={**user["headers"], "Content-Type": "application/json"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_JSON" and "field" not in error
+    assert error["message"] == ("The request body is not valid JSON: Expecting value at "
+                                "line 2, column 10")
+
+
+async def test_a_body_sent_without_the_json_content_type_gets_a_hint(client):
+    user = await register_and_login(client)
+    form = await client.post("/api/organizations", content=b"name=Kibera+Community+Clinic",
+                             headers={**user["headers"],
+                                      "Content-Type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 415
+    assert form.json()["error"] == {
+        "code": "UNSUPPORTED_MEDIA_TYPE",
+        "message": "The body must be JSON sent with Content-Type: application/json (this "
+                   "request said application/x-www-form-urlencoded)"}
+    bare = await client.post("/api/organizations", content=b'{"name": "Kibera"}',
+                             headers=user["headers"])
+    assert bare.status_code == 415
+    assert "sent no Content-Type" in bare.json()["error"]["message"]
+    empty = await client.post("/api/organizations",
+                              headers={**user["headers"], "Content-Type": "application/json"})
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "body"
+    wrong_field = await client.post("/api/organizations", json={"type": "clinic"},
+                                    headers=user["headers"])
+    assert wrong_field.status_code == 422 and wrong_field.json()["error"]["field"] == "name"
 
 
 async def test_openapi_lists_routes_with_models(client):

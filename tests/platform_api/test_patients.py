@@ -148,6 +148,47 @@ async def test_organization_registers_lists_and_finds_by_mrn(client):
     assert profile.status_code == 200
 
 
+async def test_lists_and_searches_give_each_patient_its_creation_instant_from_one_query(
+        app, client, clinic_admin):
+    """created_at is version 1's lastUpdated: for a page, one store question for the
+    patients updated since, no read per patient."""
+    url = f"/api/organizations/{clinic_admin['org_id']}/patients"
+    h = clinic_admin["headers"]
+    registered = {}
+    for mrn, first_name in (("KCC-0101", "Amina"), ("KCC-0102", "Baraka"),
+                            ("KCC-0103", "Njeri")):
+        created = await client.post(url, json={**PROFILE, "first_name": first_name,
+                                               "mrn": mrn}, headers=h)
+        registered[created.json()["data"]["id"]] = created.json()["data"]["created_at"]
+    for patient_id in list(registered)[:2]:  # later versions, written through FHIR
+        fhir = (await client.get(f"/fhir/Patient/{patient_id}", headers=h)).json()
+        await client.put(f"/fhir/Patient/{patient_id}", json={**fhir, "active": False},
+                         headers={**h, "Content-Type": "application/fhir+json"})
+    store = app.state.services.store
+    asked: list[list[str]] = []
+    reads: list[tuple[str, ...]] = []
+    created_instants, read = store.created_instants, store.read
+
+    async def counting_created_instants(resource_type, ids):
+        asked.append(list(ids))
+        return await created_instants(resource_type, ids)
+
+    async def counting_read(*args, **kwargs):
+        reads.append(args)
+        return await read(*args, **kwargs)
+
+    store.created_instants, store.read = counting_created_instants, counting_read
+    listing = (await client.get(url, headers=h)).json()["data"]
+    assert {p["id"]: p["created_at"] for p in listing} == registered
+    assert all(p["updated_at"] != p["created_at"] for p in listing
+               if p["id"] in list(registered)[:2])
+    assert len(asked) == 1 and sorted(asked[0]) == sorted(list(registered)[:2])
+    assert [args for args in reads if args[0] == "Patient"] == []  # no vread of version 1
+    found = (await client.get(f"{url}/search", params={"mrn": "KCC-0101"},
+                              headers=h)).json()["data"]
+    assert found[0]["created_at"] == registered[found[0]["id"]] is not None
+
+
 async def test_non_members_are_refused_and_admins_allowed(client, admin):
     owner = await register_and_login(client, first_name="Wanjiru", last_name="Kamau")
     org_id = await _organization(client, owner)
