@@ -218,11 +218,11 @@ async def test_a_method_the_capability_statement_does_not_take_is_405_with_allow
     """``/metadata``, ``_search``, ``_history`` and ``$everything`` are served by their own
     routes only: another method there is a 405, not an interaction on a type or id of that
     name (a conditional delete of the type "metadata" answered 404)."""
-    for method, path, allow in (("DELETE", "/fhir/metadata", "GET"),
-                                ("PUT", "/fhir/metadata", "GET"),
-                                ("GET", "/fhir/Patient/_search", "POST"),
-                                ("DELETE", "/fhir/Patient/_history", "GET"),
-                                ("POST", "/fhir/Patient/1/$everything", "GET")):
+    for method, path, allow in (("DELETE", "/fhir/metadata", "GET, HEAD, OPTIONS"),
+                                ("PUT", "/fhir/metadata", "GET, HEAD, OPTIONS"),
+                                ("GET", "/fhir/Patient/_search", "POST, OPTIONS"),
+                                ("DELETE", "/fhir/Patient/_history", "GET, HEAD, OPTIONS"),
+                                ("POST", "/fhir/Patient/1/$everything", "GET, HEAD, OPTIONS")):
         response = await client.request(method, path, headers=h)
         assert response.status_code == 405, (method, path, response.text)
         assert response.headers["allow"] == allow
