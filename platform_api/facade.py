@@ -46,6 +46,7 @@ a create answers from what it committed.
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Annotated, Any, Generic, TypeVar
 
 import orjson
@@ -260,7 +261,9 @@ def _filter_params(query: BaseModel | None, path: Mapping[str, str]
         target = next((m for m in info.metadata if isinstance(m, SearchParam)), None)
         if value is None or target is None:
             continue
-        text = value if isinstance(value, str) else str(getattr(value, "value", value))
+        text = value if isinstance(value, str) else (
+            value.isoformat() if isinstance(value, date) else  # datetime is a date too
+            str(getattr(value, "value", value)))
         params.append((target.name, target.template.format(text, **path)))
     return params
 

@@ -27,11 +27,13 @@ from fastapi import APIRouter
 
 from platform_api.patients import (
     clinical_records,
+    observations,
     profiles,
+    vitals,
 )
 
 router = APIRouter()
-for module in (profiles, clinical_records):
+for module in (profiles, clinical_records, vitals, observations):
     router.include_router(module.router)
 
 __all__ = ["router"]
