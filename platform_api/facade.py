@@ -296,7 +296,8 @@ class StatusTable:
 @dataclass(frozen=True)
 class Unique:
     """What a create must not duplicate: the criteria (from the FHIR resource about to be
-    created) and the 409 code and message when a visible resource already matches."""
+    created; none: nothing to compare it by) and the 409 code and message when a visible
+    resource already matches."""
 
     criteria: Callable[[JSON], list[tuple[str, str]]]
     code: str
@@ -444,7 +445,9 @@ class Facade:
             staged = await unit.create(
                 resource, resource_id=resource.get("id"), expected_type=self.resource,
                 ownerless=self.ownerless,
-                if_none_exist=self.unique.criteria(resource) if self.unique else None)
+                # no criteria: nothing to compare this resource by (e.g. an uncoded one)
+                if_none_exist=(self.unique.criteria(resource) or None) if self.unique
+                else None)
             if self.events.created:
                 unit.after_writes(lambda staging: None if staged.existing else staging.emit(
                     self.events.created or "", self._event_payload(staged_body(staged)),

@@ -26,14 +26,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from platform_api.patients import (
+    allergies,
     clinical_records,
+    imaging,
     observations,
     profiles,
     vitals,
 )
 
 router = APIRouter()
-for module in (profiles, clinical_records, vitals, observations):
+for module in (profiles, clinical_records, vitals, observations, imaging, allergies):
     router.include_router(module.router)
 
 __all__ = ["router"]
