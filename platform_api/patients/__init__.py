@@ -30,12 +30,14 @@ from platform_api.patients import (
     clinical_records,
     imaging,
     observations,
+    prescriptions,
     profiles,
     vitals,
 )
 
 router = APIRouter()
-for module in (profiles, clinical_records, vitals, observations, imaging, allergies):
+for module in (profiles, clinical_records, vitals, observations, prescriptions, imaging,
+               allergies):
     router.include_router(module.router)
 
 __all__ = ["router"]
