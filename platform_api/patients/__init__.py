@@ -28,6 +28,7 @@ from fastapi import APIRouter
 from platform_api.patients import (
     allergies,
     clinical_records,
+    eprescriptions,
     imaging,
     observations,
     prescriptions,
@@ -36,8 +37,8 @@ from platform_api.patients import (
 )
 
 router = APIRouter()
-for module in (profiles, clinical_records, vitals, observations, prescriptions, imaging,
-               allergies):
+for module in (profiles, clinical_records, vitals, observations, prescriptions,
+               eprescriptions, imaging, allergies):
     router.include_router(module.router)
 
 __all__ = ["router"]
