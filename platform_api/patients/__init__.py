@@ -30,6 +30,7 @@ from platform_api.patients import (
     clinical_records,
     eprescriptions,
     imaging,
+    immunizations,
     observations,
     prescriptions,
     profiles,
@@ -38,7 +39,7 @@ from platform_api.patients import (
 
 router = APIRouter()
 for module in (profiles, clinical_records, vitals, observations, prescriptions,
-               eprescriptions, imaging, allergies):
+               eprescriptions, immunizations, imaging, allergies):
     router.include_router(module.router)
 
 __all__ = ["router"]
