@@ -31,6 +31,7 @@ from platform_api.patients import (
     eprescriptions,
     imaging,
     immunizations,
+    journey,
     observations,
     prescriptions,
     profiles,
@@ -39,7 +40,7 @@ from platform_api.patients import (
 
 router = APIRouter()
 for module in (profiles, clinical_records, vitals, observations, prescriptions,
-               eprescriptions, immunizations, imaging, allergies):
+               eprescriptions, immunizations, imaging, allergies, journey):
     router.include_router(module.router)
 
 __all__ = ["router"]
