@@ -28,6 +28,7 @@ from fastapi import APIRouter
 from platform_api.patients import (
     allergies,
     clinical_records,
+    consent,
     eprescriptions,
     imaging,
     immunizations,
@@ -40,7 +41,7 @@ from platform_api.patients import (
 
 router = APIRouter()
 for module in (profiles, clinical_records, vitals, observations, prescriptions,
-               eprescriptions, immunizations, imaging, allergies, journey):
+               eprescriptions, immunizations, imaging, allergies, journey, consent):
     router.include_router(module.router)
 
 __all__ = ["router"]
