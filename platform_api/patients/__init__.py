@@ -29,6 +29,7 @@ from platform_api.patients import (
     allergies,
     clinical_records,
     consent,
+    data_rights,
     eprescriptions,
     imaging,
     immunizations,
@@ -41,7 +42,8 @@ from platform_api.patients import (
 
 router = APIRouter()
 for module in (profiles, clinical_records, vitals, observations, prescriptions,
-               eprescriptions, immunizations, imaging, allergies, journey, consent):
+               eprescriptions, immunizations, imaging, allergies, journey, consent,
+               data_rights):
     router.include_router(module.router)
 
 __all__ = ["router"]
