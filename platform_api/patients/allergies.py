@@ -39,8 +39,8 @@ from platform_api.patients.shared import (
     concept_text,
     fhir_datetime,
     first_coding,
+    first_note,
     local_id,
-    note_texts,
     user_of,
     user_reference,
 )
@@ -131,7 +131,7 @@ def allergy_view(allergy: JSON) -> JSON:
         verification_status=first_coding(allergy.get("verificationStatus")).get("code"),
         reaction=concept_text((reaction.get("manifestation") or [None])[0]),
         severity=reaction.get("severity"), onset=allergy.get("onsetDateTime"),
-        notes=(note_texts(allergy) or [None])[0],
+        notes=first_note(allergy),
         recorded_by=user_of(allergy.get("recorder")) or (allergy.get("recorder") or {}).get(
             "display"),
         recorded_at=allergy.get("recordedDate"),

@@ -90,8 +90,8 @@ from platform_api.patients.shared import (
     concept,
     concept_text,
     fhir_datetime,
+    first_note,
     local_id,
-    note_texts,
     patient_reference,
     source_service,
     user_of,
@@ -437,7 +437,7 @@ def immunization_view(immunization: JSON) -> JSON:
         lot_number=immunization.get("lotNumber"),
         site=code_in(immunization.get("site"), ACT_SITE),
         route=code_in(immunization.get("route"), ROUTE), status=immunization["status"],
-        performed_by=user_of(performer), notes=(note_texts(immunization) or [None])[0],
+        performed_by=user_of(performer), notes=first_note(immunization),
         reactions=len(immunization.get("reaction") or []),
     ).model_dump()
 

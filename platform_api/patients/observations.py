@@ -47,10 +47,10 @@ from platform_api.patients.shared import (
     deep_copy,
     fhir_datetime,
     first_coding,
+    first_note,
     known_patient,
     local_id,
     mine,
-    note_texts,
     subject_of,
     user_of,
     user_reference,
@@ -238,7 +238,7 @@ def observation_view(observation: JSON) -> JSON:
         status=observation["status"], effective_at=observation.get("effectiveDateTime"),
         encounter_id=local_id(observation.get("encounter"), "Encounter"),
         recorded_by=user_of(performer) or (performer or {}).get("display"),
-        notes=(note_texts(observation) or [None])[0],
+        notes=first_note(observation),
         updated_at=(observation.get("meta") or {}).get("lastUpdated"),
     ).model_dump()
 

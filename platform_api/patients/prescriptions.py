@@ -74,10 +74,10 @@ from platform_api.patients.shared import (
     coding,
     concept,
     concept_text,
+    first_note,
     known_patient,
     local_id,
     mine,
-    note_texts,
     provenance,
     provenance_owners,
     quantity,
@@ -227,12 +227,12 @@ def timing(frequency: str, duration: str) -> tuple[JSON, JSON | None, bool]:
     bound = None
     if duration.strip().lower() not in ONGOING:
         parsed = DURATION.match(duration)
-        unit = DURATION_UNITS.get(parsed[2].lower()) if parsed else None
-        if parsed is None or unit is None:
+        bound_unit = DURATION_UNITS.get(parsed[2].lower()) if parsed else None
+        if parsed is None or bound_unit is None:
             raise _invalid("duration", "write a number of days, weeks or months, e.g. "
                                        "'7 days', or 'ongoing'")
         value = float(parsed[1])
-        bound = quantity(int(value) if value.is_integer() else value, parsed[2], unit)
+        bound = quantity(int(value) if value.is_integer() else value, parsed[2], bound_unit)
         found.setdefault("repeat", {})["boundsDuration"] = bound
     return found, bound, frequency.strip().lower() in AS_NEEDED
 
@@ -324,7 +324,7 @@ def prescription_view(request: JSON, issues: list[JSON] | None = None) -> JSON:
         findings=[Finding(**finding_of(i)) for i in issues or []],
         override_reason=override.removeprefix("Prescriber override: ") if override else None,
         encounter_id=local_id(request.get("encounter"), "Encounter"),
-        notes=(note_texts(request) or [None])[0],
+        notes=first_note(request),
         updated_at=(request.get("meta") or {}).get("lastUpdated"),
     ).model_dump()
 
@@ -393,7 +393,7 @@ def detected_issue(finding: JSON, request: JSON, ctx: ApiContext, when: str,
     }
     if finding["drugs"]:
         issue["evidence"] = [{"detail": [{"display": d} for d in finding["drugs"]]}]
-    mitigation = []
+    mitigation: list[JSON] = []
     if finding.get("recommendation"):
         mitigation.append({"action": {"text": finding["recommendation"]}})
     if override_reason:

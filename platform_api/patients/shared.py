@@ -126,8 +126,10 @@ def without_meta(resource: JSON) -> JSON:
     return {k: v for k, v in resource.items() if k != "meta"}
 
 
-def note_texts(resource: JSON) -> list[str]:
-    return [n.get("text", "") for n in resource.get("note") or []]
+def first_note(resource: JSON) -> str | None:
+    """The text of a resource's first ``note``."""
+    notes = resource.get("note") or [{}]
+    return notes[0].get("text")  # type: ignore[no-any-return]
 
 
 # -- users and patients --------------------------------------------------------------------
