@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import orjson
 from asgi_lifespan import LifespanManager
 from fastapi import APIRouter
 
@@ -93,3 +94,15 @@ async def test_fhir_errors_are_operation_outcomes_on_the_fhir_path(tmp_path, mon
     assert response.headers["x-request-id"] == "fhir-boom-1"
     assert any("hunter2" in (r.exc_text or "") or (r.exc_info and "hunter2" in
                str(r.exc_info[1])) for r in caplog.records)
+
+
+def test_an_error_may_carry_details_and_otherwise_does_not():
+    from platform_api.envelope import error_response
+
+    finding = {"severity": "high", "description": "Increased risk of bleeding",
+               "drugs": ["Warfarin", "Aspirin"], "recommendation": "Monitor INR"}
+    listed = orjson.loads(error_response(409, "DRUG_INTERACTION", "Interaction found",
+                                         details=[finding]).body)
+    assert listed["error"]["details"] == [finding]
+    plain = orjson.loads(error_response(404, "NOT_FOUND", "Patient not found").body)
+    assert "details" not in plain["error"]
