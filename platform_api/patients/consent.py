@@ -73,9 +73,9 @@ from platform_api.patients.shared import (
     concept,
     fhir_datetime,
     local_id,
+    mine,
     patient_reference,
     platform_fhir,
-    role_of,
     source_service,
     user_of,
     user_reference,
@@ -220,17 +220,9 @@ async def _grantee(ctx: ApiContext, kind: str, grantee_id: str) -> JSON:
     return grantee
 
 
-async def _mine(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
-    patient_id = getattr(query, "patient_id", None)
-    if patient_id is not None:
-        await require_patient(ctx, patient_id)
-        return []
-    role = role_of(ctx, getattr(query, "role", None))
-    if role is None:
-        return []
+def _naming_me(ctx: ApiContext) -> list[tuple[str, str]]:
+    """A clinician's consents: those naming their organizations or practitioner records."""
     subject = ctx.access.subject
-    if role == "patient":
-        return [("patient", f"Patient/{subject.patient_id or 'none'}")]
     actors = [f"Organization/{o}" for o in sorted(subject.memberships)] + [
         f"Practitioner/{p}" for p in sorted(subject.practitioner_ids)]
     return [("actor", ",".join(actors) or "Organization/none")]
@@ -255,7 +247,8 @@ def _not_written_here(payload: JSON, ctx: ApiContext, existing: JSON | None) -> 
 consents = Facade(
     resource="Consent", name="Consent", create=GrantRequest, view=ConsentView,
     query=ConsentQuery, to_fhir=_not_written_here, from_fhir=consent_view,
-    statuses=CONSENT_STATUS, list_criteria=_mine, sort="-_lastUpdated", tags=["consent"],
+    statuses=CONSENT_STATUS, list_criteria=mine("patient", clinician=_naming_me),
+    sort="-_lastUpdated", tags=["consent"],
     summaries={"list": "Your consents (role=patient: the ones you gave; clinician: those "
                        "naming your organizations), or a patient's (patient_id)",
                "get": "A consent"},

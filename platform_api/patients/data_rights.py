@@ -376,25 +376,32 @@ def pseudonymized(resource: JSON, patient_id: str, when: str) -> JSON:
     return changed  # type: ignore[no-any-return]
 
 
-def _erasure_audit(ctx: ApiContext, patient_id: str, task: JSON, summary: str, when: str
-                   ) -> JSON:
+def audit_record(ctx: ApiContext, kind: tuple[str, str], action: str, summary: str,
+                 patient_id: str, when: str, *entities: JSON) -> JSON:
+    """An AuditEvent of what an administrator or a reader did to a patient's record (DICOM
+    event ``kind``, the user as agent, the Patient and ``entities`` as entities)."""
     return {
-        "resourceType": "AuditEvent", "type": coding(DCM, "110110", "Patient Record"),
-        "subtype": [coding("http://hl7.org/fhir/restful-interaction", "delete", "delete")],
-        "action": "D", "recorded": when, "outcome": "0", "outcomeDesc": summary,
-        "purposeOfEvent": [concept(ACT_REASON, "PATRQT", "patient requested")],
+        "resourceType": "AuditEvent", "type": coding(DCM, *kind), "action": action,
+        "recorded": when, "outcome": "0", "outcomeDesc": summary,
         "agent": [{"type": concept(ROLE_TYPE, "humanuser", "human user"),
                    "who": user_reference(ctx.principal), "requestor": True}],
         "source": {"observer": {"display": "healthplatform"},
                    "type": [coding(SOURCE_TYPE, "4", "Application Server")]},
-        "entity": [
-            {"what": {"reference": f"Patient/{patient_id}"},
-             "type": coding(ENTITY_TYPE, "1", "Person"),
-             "role": coding(OBJECT_ROLE, "1", "Patient")},
-            {"what": {"reference": f"Task/{task['id']}"},
-             "type": coding(ENTITY_TYPE, "2", "System Object"),
-             "role": coding(OBJECT_ROLE, "20", "Job"), "description": "erasure request"}],
+        "entity": [{"what": {"reference": f"Patient/{patient_id}"},
+                    "type": coding(ENTITY_TYPE, "1", "Person"),
+                    "role": coding(OBJECT_ROLE, "1", "Patient")}, *entities],
     }
+
+
+def _erasure_audit(ctx: ApiContext, patient_id: str, task: JSON, summary: str, when: str
+                   ) -> JSON:
+    event = audit_record(ctx, ("110110", "Patient Record"), "D", summary, patient_id, when, {
+        "what": {"reference": f"Task/{task['id']}"},
+        "type": coding(ENTITY_TYPE, "2", "System Object"),
+        "role": coding(OBJECT_ROLE, "20", "Job"), "description": "erasure request"})
+    event["subtype"] = [coding("http://hl7.org/fhir/restful-interaction", "delete", "delete")]
+    event["purposeOfEvent"] = [concept(ACT_REASON, "PATRQT", "patient requested")]
+    return event
 
 
 def _summary(erased: dict[str, int], kept: dict[str, int]) -> str:
@@ -467,18 +474,9 @@ async def approve(ctx: ItemContext[DecisionRequest]) -> JSON:
 
 # -- export ------------------------------------------------------------------------------------
 def _export_audit(ctx: ApiContext, patient_id: str, count: int, when: str) -> JSON:
-    return {
-        "resourceType": "AuditEvent", "type": coding(DCM, "110106", "Export"),
-        "action": "R", "recorded": when, "outcome": "0",
-        "outcomeDesc": f"Exported {count} resources of the patient's record",
-        "agent": [{"type": concept(ROLE_TYPE, "humanuser", "human user"),
-                   "who": user_reference(ctx.principal), "requestor": True}],
-        "source": {"observer": {"display": "healthplatform"},
-                   "type": [coding(SOURCE_TYPE, "4", "Application Server")]},
-        "entity": [{"what": {"reference": f"Patient/{patient_id}"},
-                    "type": coding(ENTITY_TYPE, "1", "Person"),
-                    "role": coding(OBJECT_ROLE, "1", "Patient")}],
-    }
+    return audit_record(ctx, ("110106", "Export"), "R",
+                        f"Exported {count} resources of the patient's record", patient_id,
+                        when)
 
 
 def _codes(concepts: Any) -> set[str]:

@@ -76,8 +76,8 @@ from platform_api.patients.shared import (
     concept_text,
     deep_copy,
     local_id,
+    mine,
     platform_fhir,
-    role_of,
     source_service,
     user_of,
     user_reference,
@@ -220,16 +220,8 @@ def _open_for_prescription(task: JSON) -> list[tuple[str, str]]:
             ("status", ",".join(OPEN))]
 
 
-async def _queue(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
-    """Without ``pharmacy_id``: a patient's own, or those addressed to the caller's
-    organizations."""
-    if getattr(query, "pharmacy_id", None) is not None:
-        return []
-    role = role_of(ctx, getattr(query, "role", None))
-    if role is None:
-        return []
-    if role == "patient":
-        return [("patient", f"Patient/{ctx.access.subject.patient_id or 'none'}")]
+def _addressed_to_mine(ctx: ApiContext) -> list[tuple[str, str]]:
+    """A clinician's (a pharmacist's) queue: those addressed to their organizations."""
     orgs = sorted(ctx.access.subject.memberships) or ["none"]
     return [("owner", ",".join(f"Organization/{o}" for o in orgs))]
 
@@ -245,7 +237,8 @@ eprescriptions = Facade(
     resource="Task", name="E-prescription", create=EPrescriptionCreate,
     view=EPrescriptionView, query=EPrescriptionQuery, to_fhir=eprescription_to_fhir,
     from_fhir=eprescription_view, fixed=FIXED, statuses=EPRESCRIPTION_STATUS,
-    prepare=_prepared, list_criteria=_queue, sort="-authored-on", tags=["e-prescriptions"],
+    prepare=_prepared, list_criteria=mine("patient", clinician=_addressed_to_mine,
+                       narrowed_by="pharmacy_id"), sort="-authored-on", tags=["e-prescriptions"],
     unique=Unique(
         _open_for_prescription, "EPRESCRIPTION_EXISTS",
         "This prescription was already sent to a pharmacy"),

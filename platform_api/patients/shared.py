@@ -191,15 +191,24 @@ def role_of(ctx: ApiContext, asked: Role | None) -> Role | None:
         else "clinician"
 
 
-def mine(patient_param: str, author_param: str
-         ) -> Callable[[ApiContext, Any], Awaitable[list[tuple[str, str]]]]:
-    """A facade's ``list_criteria``: with ``patient_id``, that (visible) patient's records;
-    without, the caller's own (see the module docstring)."""
+Criteria = list[tuple[str, str]]
 
-    async def criteria(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
-        patient_id = getattr(query, "patient_id", None)
-        if patient_id is not None:
-            await require_patient(ctx, patient_id)
+
+def mine(patient_param: str, author_param: str | None = None, *,
+         clinician: Callable[[ApiContext], Criteria] | None = None,
+         narrowed_by: str = "patient_id"
+         ) -> Callable[[ApiContext, Any], Awaitable[Criteria]]:
+    """A facade's ``list_criteria``: when the query's ``narrowed_by`` field is given, its
+    own criteria (``patient_id``: that patient's records, once the patient is visible);
+    else the caller's own (see the module docstring): as a patient ``patient_param``
+    names their record, as a clinician ``clinician(ctx)`` decides (default: what
+    ``author_param`` names them as the author of)."""
+
+    async def criteria(ctx: ApiContext, query: Any) -> Criteria:
+        narrowed = getattr(query, narrowed_by, None)
+        if narrowed is not None:
+            if narrowed_by == "patient_id":
+                await require_patient(ctx, narrowed)
             return []
         role = role_of(ctx, getattr(query, "role", None))
         if role is None:
@@ -207,6 +216,8 @@ def mine(patient_param: str, author_param: str
         if role == "patient":
             own = ctx.access.subject.patient_id or NO_PATIENT
             return [(patient_param, f"Patient/{own}")]
+        if clinician is not None:
+            return clinician(ctx)
         return [(f"{author_param}:identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}")]
     return criteria
 

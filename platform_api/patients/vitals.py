@@ -112,8 +112,7 @@ def _measure(field: str) -> Any:
                  description=f"{sign.unit_display} ({sign.low:g}-{sign.high:g})")
 
 
-class VitalsCreate(BaseModel):
-    patient_id: str = Field(min_length=1, max_length=64)
+class VitalSigns(BaseModel):
     heart_rate: float | None = _measure("heart_rate")
     blood_pressure_systolic: float | None = _measure("blood_pressure_systolic")
     blood_pressure_diastolic: float | None = _measure("blood_pressure_diastolic")
@@ -122,19 +121,16 @@ class VitalsCreate(BaseModel):
     oxygen_saturation: float | None = _measure("oxygen_saturation")
     effective_at: datetime | None = Field(default=None, description="When measured "
                                                                     "(default: now)")
+    notes: str | None = Field(default=None, max_length=2000)
+
+
+class VitalsCreate(VitalSigns):
+    patient_id: str = Field(min_length=1, max_length=64)
     encounter_id: str | None = Field(default=None, max_length=64)
-    notes: str | None = Field(default=None, max_length=2000)
 
 
-class VitalsUpdate(BaseModel):
-    heart_rate: float | None = _measure("heart_rate")
-    blood_pressure_systolic: float | None = _measure("blood_pressure_systolic")
-    blood_pressure_diastolic: float | None = _measure("blood_pressure_diastolic")
-    temperature: float | None = _measure("temperature")
-    respiratory_rate: float | None = _measure("respiratory_rate")
-    oxygen_saturation: float | None = _measure("oxygen_saturation")
-    effective_at: datetime | None = None
-    notes: str | None = Field(default=None, max_length=2000)
+class VitalsUpdate(VitalSigns):
+    """The signs sent change; null removes one."""
 
 
 class VitalsView(BaseModel):
