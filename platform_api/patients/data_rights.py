@@ -24,13 +24,15 @@ Provenances naming any of them):
 
 - what must legally stay (``RETAINED``: prescriptions and dispenses, immunizations,
   adverse events, detected issues, consents, financial records, audit events, tasks and
-  Provenances of what stays) is **pseudonymized**: free text (narrative, notes) and the
-  patient's name on references go; the Patient keeps only its id, gender, birth year, its
-  managing organization and a random pseudonym identifier (inactive); consents in force
-  end; then its **history is expunged** (``UnitOfWork.expunge``), as the earlier versions
+  Provenances of what stays) is **pseudonymized**: free text (narrative, notes), the
+  patient's name on references and a Provenance's link to the original message go; the
+  Patient keeps only its id, gender, birth year, its managing organization and a random
+  pseudonym identifier (inactive); consents in force end; then its **history is
+  expunged** (``UnitOfWork.expunge``), as the earlier versions
   hold what was removed;
 - everything else is **erased**: deleted (subscribers get the deleted event) and expunged
-  with its whole history, as if never written;
+  with its whole history, as if never written; so are the original HL7v2 messages
+  (Binary, the Provenances' source) about the patient, which hold their identity as sent;
 - an AuditEvent records it (DCM 110110 Patient Record, action D, purposeOfEvent v3-ActReason
   PATRQT, the administrator as agent, the Patient and the Task as entities, the counts in
   ``outcomeDesc``); the Task completes; event ``platform.privacy.erasure_completed``.
@@ -335,6 +337,23 @@ async def provenances_of(fhir: CallerFhir, resources: list[JSON]) -> list[JSON]:
     return list(found.values())
 
 
+async def source_messages(fhir: CallerFhir, provenances: list[JSON], patient_id: str
+                          ) -> list[JSON]:
+    """The original messages (HL7v2 Binaries, the Provenances' ``source`` entities) that
+    are about this patient: they hold the patient's identity as sent."""
+    found: dict[str, JSON] = {}
+    for record in provenances:
+        for entity in record.get("entity") or []:
+            binary_id = local_id(entity.get("what"), "Binary")
+            if binary_id is None or binary_id in found:
+                continue
+            binary = await fhir.service.find_json("Binary", binary_id)
+            context = local_id((binary or {}).get("securityContext"), "Patient")
+            if binary is not None and context in (None, patient_id):
+                found[binary_id] = binary
+    return list(found.values())
+
+
 def _targets(provenance: JSON) -> set[tuple[str, str]]:
     found = set()
     for target in provenance.get("target") or []:
@@ -368,6 +387,12 @@ def pseudonymized(resource: JSON, patient_id: str, when: str) -> JSON:
         return with_owners(kept, owner_labels(resource))
     changed = {k: v for k, v in resource.items() if k not in FREE_TEXT}
     changed = _without_patient_names(changed, f"Patient/{patient_id}")
+    if changed["resourceType"] == "Provenance" and changed.get("entity"):
+        # the original messages it names are erased
+        changed["entity"] = [e for e in changed["entity"]
+                             if local_id(e.get("what"), "Binary") is None]
+        if not changed["entity"]:
+            del changed["entity"]
     if changed["resourceType"] == "Consent" and changed.get("status") in ("active",
                                                                           "proposed"):
         changed["status"] = "inactive" if changed["status"] == "active" else "rejected"
@@ -423,6 +448,8 @@ async def approve(ctx: ItemContext[DecisionRequest]) -> JSON:
               or r["resourceType"] != "Task"]
     record += [p for p in await provenances_of(system, record)
                if p["id"] not in {r["id"] for r in record if r["resourceType"] == "Provenance"}]
+    record += await source_messages(system, [r for r in record
+                                             if r["resourceType"] == "Provenance"], patient_id)
     kept_ids = {(r["resourceType"], r["id"]) for r in record
                 if r["resourceType"] in RETAINED or r["resourceType"] == "Patient"}
     for resource in record:  # a Provenance of nothing kept goes with what it names

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import make_admin
+from tests.hl7_gateway.messages import oru
 from tests.platform_api.patients.test_prescriptions import AMOXICILLIN
 
 
@@ -90,6 +91,15 @@ async def test_approval_erases_the_record_and_pseudonymizes_what_must_stay(clini
     built = await build_record(clinic)
     record_id, note_id = built["record"]["id"], built["record"]["note_id"]
     prescription_id = built["prescription"]["id"]
+    # A lab result the HL7v2 gateway stored, with the original message as a Binary.
+    authority = f"&urn:healthplatform:organization:{clinic.org_id}:mrn&URI"
+    ingested = await clinic.client.post(
+        "/api/lab/hl7-ingest", content=oru("ERASE-1", patient="KCC-0001", authority=authority),
+        headers={**admin["headers"], "Content-Type": "x-application/hl7-v2+er7"})
+    assert ingested.json()["data"]["ack_code"] == "AA", ingested.text
+    written = ingested.json()["data"]["resources"]
+    report = next(r for r in written if r.startswith("DiagnosticReport/"))
+    message = next(r for r in written if r.startswith("Binary/"))
     request = await request_erasure(clinic)
     approved = await clinic.client.post(
         f"/api/patients/{clinic.patient_id}/dsr/{request['id']}/approve", json={},
@@ -105,6 +115,8 @@ async def test_approval_erases_the_record_and_pseudonymizes_what_must_stay(clini
         assert (await store.history(kind, rid)).total == 0
     provenance = (await clinic.fhir(f"Provenance?target=Encounter/{record_id}", admin)).json()
     assert provenance["total"] == 0
+    for gone in (report, message):  # the result and the message that brought it
+        assert (await clinic.fhir(gone, admin)).status_code == 404
     # Kept, pseudonymized, with no history left to tell what was there.
     patient = (await clinic.fhir(f"Patient/{clinic.patient_id}", admin)).json()
     assert "name" not in patient and "telecom" not in patient

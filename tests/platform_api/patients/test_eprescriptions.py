@@ -77,6 +77,8 @@ async def test_transmit_dispense_refill_until_no_refill_is_left(clinic, pharmacy
     transmitted = await clinic.client.patch(f"{url}/transmit", headers=clinic.doctor["headers"])
     assert transmitted.status_code == 200, transmitted.text
     assert transmitted.json()["data"]["status"] == "requested"
+    resent = await clinic.client.patch(f"{url}/transmit", headers=clinic.doctor["headers"])
+    assert resent.status_code == 409 and resent.json()["error"]["code"] == "INVALID_TRANSITION"
     queue = (await clinic.client.get("/api/eprescriptions", headers=pharmacist)).json()
     assert [e["id"] for e in queue["data"]] == [sent["id"]]
     assert queue["data"][0]["patient_name"] == "Amina Odhiambo"
