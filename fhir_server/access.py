@@ -14,6 +14,11 @@ are used two ways, so a list can never show more than a read would allow:
   adapter): searches, ``_include``/``_revinclude``, chains, ``_has``, compartment
   searches, ``$everything`` and type/system history return only what the grants admit.
 
+Reading one resource (read, vread, instance history) and searching (searches, the
+conditions of conditional interactions, type and system history) are separate actions,
+``read`` and ``search``, because SMART scopes tell them apart (``.r`` and ``.s``); for
+every other caller the two grant the same.
+
 Deny by default: an :class:`Access` with no grant for an action admits nothing.
 :data:`SYSTEM` (the HL7 gateway, housekeeping, the platform's own bookkeeping) admits
 everything; it is never handed to a request.
@@ -30,8 +35,26 @@ from fhir_server.ownership import owner_labels
 
 JSON = dict[str, Any]
 
-READ, CREATE, UPDATE, DELETE = "read", "create", "update", "delete"
-ACTIONS = (READ, CREATE, UPDATE, DELETE)
+READ, SEARCH, CREATE, UPDATE, DELETE = "read", "search", "create", "update", "delete"
+ACTIONS = (READ, SEARCH, CREATE, UPDATE, DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenFilter:
+    """A resource has one of ``values`` in the token search parameter ``param`` (a SMART
+    granular scope such as ``Observation.rs?category=<system>|laboratory``). Values are
+    written as in a search: ``system|code``, ``code`` (any system) or ``|code`` (none)."""
+
+    param: str
+    values: frozenset[str]
+
+
+def split_token(value: str) -> tuple[str | None, str, bool]:
+    """``(system, code, no_system)`` of a token value as a search writes it."""
+    system, bar, code = value.partition("|")
+    if not bar:
+        return None, value, False
+    return (system or None), code, not system
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +65,8 @@ class Grant:
     each of the following that is set: it carries one of the ``owners`` labels
     (``meta.security``, see :mod:`fhir_server.ownership`); it is one of the Patients in
     ``patients`` or in one of their compartments; it has one of the ``identifiers``
-    (``system|value``). A grant with none of them admits every resource of its types.
+    (``system|value``); it passes every one of the ``tokens`` filters. A grant with none
+    of them admits every resource of its types.
     """
 
     types: frozenset[str] | None = None
@@ -50,6 +74,7 @@ class Grant:
     patients: frozenset[str] | None = None
     identifiers: frozenset[str] | None = None
     relation: str = ""  # the policy relation that produced it (for messages and tests)
+    tokens: tuple[TokenFilter, ...] | None = None
 
     def covers(self, resource_type: str) -> bool:
         return self.types is None or resource_type in self.types
@@ -65,6 +90,12 @@ class Access(Protocol):
 
     def describe(self) -> str:
         """Who the caller is, for refusal messages (never a secret)."""
+        ...
+
+    def explain(self, action: str, resource_type: str) -> str:
+        """What the caller lacks for ``action`` on ``resource_type`` beyond what the
+        refusal says (a SMART scope to name), appended to refusal messages; ``""`` when
+        there is nothing to add."""
         ...
 
 
@@ -83,21 +114,31 @@ class _System:
     def describe(self) -> str:
         return "the system"
 
+    def explain(self, action: str, resource_type: str) -> str:
+        return ""
+
 
 SYSTEM: Access = _System()
 
 # Patient ids a resource belongs to (its Patient compartments); see fhir_server.compartments.
 PatientsOf = Callable[[JSON], frozenset[str]]
+# (system, code) of each value a resource has in a token search parameter.
+TokensOf = Callable[[JSON, str], frozenset[tuple[str | None, str | None]]]
 
 
-def admits(grant: Grant, resource: JSON, patients_of: PatientsOf) -> bool:
-    """Whether ``grant`` admits ``resource`` (the check form of a grant)."""
+def admits(grant: Grant, resource: JSON, patients_of: PatientsOf,
+           tokens_of: TokensOf | None = None) -> bool:
+    """Whether ``grant`` admits ``resource`` (the check form of a grant). A grant with
+    token filters admits nothing without ``tokens_of`` (fail closed)."""
     resource_type = resource.get("resourceType", "")
     if grant.types is not None and resource_type not in grant.types:
         return False
     if grant.owners is not None and grant.owners.isdisjoint(owner_labels(resource)):
         return False
     if grant.identifiers is not None and grant.identifiers.isdisjoint(identifiers(resource)):
+        return False
+    if grant.tokens is not None and not (tokens_of is not None and all(
+            token_filter_admits(f, tokens_of(resource, f.param)) for f in grant.tokens)):
         return False
     if grant.patients is not None:
         if resource_type == "Patient" and resource.get("id") in grant.patients:
@@ -117,9 +158,25 @@ def identifiers(resource: JSON) -> frozenset[str]:
                      if isinstance(i, dict) and isinstance(i.get("value"), str))
 
 
-def permits(access: Access, action: str, resource: JSON, patients_of: PatientsOf) -> bool:
+def token_filter_admits(token_filter: TokenFilter,
+                        values: frozenset[tuple[str | None, str | None]]) -> bool:
+    """Whether one of a resource's token ``values`` matches one of the filter's (the
+    search rules of R4 3.1.1.4.8: ``system|code``, ``code``, ``|code``)."""
+    for value in token_filter.values:
+        system, code, no_system = split_token(value)
+        for found_system, found_code in values:
+            if found_code != code:
+                continue
+            if (system is None and not no_system) or found_system == system or (
+                    no_system and found_system is None):
+                return True
+    return False
+
+
+def permits(access: Access, action: str, resource: JSON, patients_of: PatientsOf,
+            tokens_of: TokensOf | None = None) -> bool:
     grants = access.grants(action)
-    return grants is None or any(admits(g, resource, patients_of) for g in grants)
+    return grants is None or any(admits(g, resource, patients_of, tokens_of) for g in grants)
 
 
 def may_touch_type(access: Access, action: str, resource_type: str) -> bool:
@@ -145,7 +202,7 @@ def writable_owners(access: Access, action: str, resource_type: str) -> frozense
             continue
         if grant.owners is not None:
             owners |= grant.owners
-        elif grant.patients is None and grant.identifiers is None:
+        elif grant.patients is None and grant.identifiers is None and grant.tokens is None:
             return None
     return frozenset(owners) if owners else None
 

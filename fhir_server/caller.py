@@ -8,10 +8,10 @@ likewise, the HL7v2 gateway and the platform's own bookkeeping with
 
 - **Reads** (read, vread, instance history) check the resource against the caller's read
   grants: :class:`~fhir_server.access.AccessDenied` (403) when none admits it.
-- **Searches** carry the read grants as criteria (``SearchPlan.access``): the store
+- **Searches** carry the search grants as criteria (``SearchPlan.access``): the store
   returns only what the caller may see, includes, chains and ``_has`` included; so do
-  the conditions of conditional interactions (a caller cannot probe, match or overwrite
-  what it cannot see).
+  type and system history and the conditions of conditional interactions (a caller
+  cannot probe, match or overwrite what it cannot see).
 - **Writes** go through a :class:`FhirUnit` (one unit of work): each resource is
   validated, its owners are settled (:mod:`fhir_server.ownership`), the current version
   must be admitted by the caller's update (or delete) grants, the new one by its create
@@ -37,12 +37,14 @@ from fhir_server.access import (
     CREATE,
     DELETE,
     READ,
+    SEARCH,
     UPDATE,
     Access,
     AccessDenied,
     admits,
     may_touch_type,
     permits,
+    split_token,
     writable_owners,
 )
 from fhir_server.ids import new_id
@@ -79,23 +81,25 @@ class CallerFhir:
         self._plan_access: dict[str, tuple[AccessGrant, ...] | None] = {}
 
     # -- the caller's grants as search criteria ------------------------------------------
-    def plan_access(self, action: str = READ) -> tuple[AccessGrant, ...] | None:
+    def plan_access(self, action: str = SEARCH) -> tuple[AccessGrant, ...] | None:
         if action not in self._plan_access:
             self._plan_access[action] = compile_access(self.service, self.access, action)
         return self._plan_access[action]
 
     def restrict(self, plan: SearchPlan) -> SearchPlan:
-        """``plan`` limited to what the caller may read (a type it may never read is a
+        """``plan`` limited to what the caller may search (a type it may never see is a
         403 naming it, not an empty result)."""
-        if self.access.grants(READ) is not None:
+        if self.access.grants(SEARCH) is not None:
             searched = [t for t in plan.resource_types
-                        if may_touch_type(self.access, READ, t)]
+                        if may_touch_type(self.access, SEARCH, t)]
             if not searched:
-                raise AccessDenied(f"{self._who()} may not read "
-                                   f"{', '.join(plan.resource_types[:3])} resources")
+                first = plan.resource_types[0] if plan.resource_types else "Resource"
+                raise AccessDenied(f"{self._who()} may not search "
+                                   f"{', '.join(plan.resource_types[:3])} resources"
+                                   f"{self.access.explain(SEARCH, first)}")
             if not plan.all_types and len(searched) != len(plan.resource_types):
                 plan.resource_types = tuple(searched)
-        plan.access = self.plan_access(READ)
+        plan.access = self.plan_access(SEARCH)
         return plan
 
     def _who(self) -> str:
@@ -104,6 +108,27 @@ class CallerFhir:
     def patients_of(self, resource: JSON) -> frozenset[str]:
         return self.service.compartments.patients_of(resource)
 
+    def tokens_of(self, resource: JSON, param: str) -> frozenset[tuple[str | None, str | None]]:
+        return self.service.tokens_of(resource, param)
+
+    def admitted(self, action: str, resource: JSON) -> bool:
+        """Whether the caller's ``action`` grants admit ``resource``."""
+        return permits(self.access, action, resource, self._patients_once(resource),
+                       self.tokens_of)
+
+    def _patients_once(self, resource: JSON) -> Callable[[JSON], frozenset[str]]:
+        """``patients_of`` computing ``resource``'s compartments once, however many
+        grants ask (a SMART patient scope confines several of them)."""
+        found: list[frozenset[str]] = []
+
+        def patients_of(candidate: JSON) -> frozenset[str]:
+            if candidate is not resource:
+                return self.patients_of(candidate)
+            if not found:
+                found.append(self.patients_of(resource))
+            return found[0]
+        return patients_of
+
     # -- reads -------------------------------------------------------------------------------
     def check_read(self, stored: StoredResource) -> None:
         """403 unless the caller may read this version."""
@@ -111,9 +136,11 @@ class CallerFhir:
         if grants is None or stored.deleted:
             return
         resource = orjson.loads(stored.body)
-        if not any(admits(g, resource, self.patients_of) for g in grants):
+        patients_of = self._patients_once(resource)
+        if not any(admits(g, resource, patients_of, self.tokens_of) for g in grants):
             raise AccessDenied(f"{self._who()} may not read "
-                               f"{stored.resource_type}/{stored.id}")
+                               f"{stored.resource_type}/{stored.id}"
+                               f"{self.access.explain(READ, stored.resource_type)}")
 
     async def read(self, resource_type: str, resource_id: str, version: int | None = None
                    ) -> StoredResource:
@@ -147,9 +174,11 @@ class CallerFhir:
                       count: int = 50, before_seq: int | None = None) -> HistoryPage:
         """Versions newest first; of an instance (checked by ``check_history``), else of
         the resources of a type, or of every type, that the caller may read."""
-        if resource_type is not None and not may_touch_type(self.access, READ, resource_type):
-            raise AccessDenied(f"{self._who()} may not read {resource_type} resources")
-        access = None if resource_id is not None else self.plan_access(READ)
+        if resource_id is None and resource_type is not None and not may_touch_type(
+                self.access, SEARCH, resource_type):
+            raise AccessDenied(f"{self._who()} may not search {resource_type} resources"
+                               f"{self.access.explain(SEARCH, resource_type)}")
+        access = None if resource_id is not None else self.plan_access(SEARCH)
         return await self.service.store.history(
             resource_type, resource_id, since=since, at_or_before=at_or_before, count=count,
             before_seq=before_seq, access=access)
@@ -350,13 +379,21 @@ def compile_access(service: FhirService, access: Access, action: str
             identifiers=None if grant.identifiers is None else tuple(
                 _identifier_token(i) for i in sorted(grant.identifiers)),
             patients=None if grant.patients is None else tuple(sorted(grant.patients)),
-            members=members))
+            members=members,
+            tokens=None if grant.tokens is None else tuple(
+                (f.param, tuple(_token_criterion(v) for v in sorted(f.values)))
+                for f in grant.tokens)))
     return tuple(compiled)
 
 
 def _identifier_token(value: str) -> TokenCriterion:
     system, _, code = value.partition("|")
     return TokenCriterion(system or None, code, no_system=not system)
+
+
+def _token_criterion(value: str) -> TokenCriterion:
+    system, code, no_system = split_token(value)
+    return TokenCriterion(system, code, no_system=no_system)
 
 
 class FhirUnit:
@@ -472,9 +509,11 @@ class FhirUnit:
 
     # -- the checks ----------------------------------------------------------------------
     def _check(self, action: str, resource: JSON, verb: str) -> None:
-        if not permits(self.access, action, resource, self.caller.patients_of):
+        if not self.caller.admitted(action, resource):
+            kind = str(resource.get("resourceType"))
             raise AccessDenied(f"{self.caller._who()} may not {verb} "
-                               f"{resource.get('resourceType')}/{resource.get('id')}")
+                               f"{kind}/{resource.get('id')}"
+                               f"{self.access.explain(action, kind)}")
 
     async def _authorized(self, action: str, resource: JSON, current: JSON | None, *,
                           ownerless: bool = False) -> JSON:
@@ -486,7 +525,8 @@ class FhirUnit:
         grants = self.access.grants(action)
         if grants is not None and not may_touch_type(self.access, action, resource_type):
             raise AccessDenied(f"{self.caller._who()} may not {action} {resource_type} "
-                               "resources", resource_type)
+                               f"resources{self.access.explain(action, resource_type)}",
+                               resource_type)
         settled = with_owners(resource, ()) if ownerless else await settle_owners(
             resource, current=current, patients=patients, lookup=self._patient,
             writable=writable)
@@ -496,15 +536,15 @@ class FhirUnit:
         def patients_of(candidate: JSON) -> frozenset[str]:
             return patients if candidate is settled else self.caller.patients_of(candidate)
 
-        if not any(admits(g, settled, patients_of) for g in grants):
+        if not any(admits(g, settled, patients_of, self.caller.tokens_of) for g in grants):
             raise AccessDenied(
                 f"{self.caller._who()} may not {action} this {resource_type}: it would "
-                "belong to an organization (meta.security) or patient you do not act for",
+                "belong to an organization (meta.security) or patient you do not act for"
+                f"{self.access.explain(action, resource_type)}",
                 f"{resource_type}.meta.security")
         for patient_id in sorted(patients):
             patient = await self._patient(patient_id)
-            if patient is not None and not permits(self.access, READ, patient,
-                                                   self.caller.patients_of):
+            if patient is not None and not self.caller.admitted(READ, patient):
                 raise AccessDenied(f"{self.caller._who()} may not write records about "
                                    f"Patient/{patient_id}")
         return settled

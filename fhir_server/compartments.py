@@ -100,6 +100,10 @@ class PatientCompartments:
                 reference = value.get("reference") if isinstance(value, dict) else None
                 if not isinstance(reference, str):
                     continue
+                if reference.startswith("Patient/") and "/" not in reference[8:] \
+                        and "?" not in reference and len(reference) > 8:
+                    ids.add(reference[8:])  # the usual literal reference, parsed for free
+                    continue
                 parsed = parse_reference(reference)
                 if parsed.resource_type == "Patient" and parsed.id:
                     ids.add(parsed.id)

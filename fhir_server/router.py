@@ -72,11 +72,17 @@ class FhirRoute:
 
 async def _metadata(ctx: FhirContext, request: Request) -> Response:
     registry = await ctx.service.refresh_registry()
-    cache: dict[str, dict[str, Any]] = ctx.extras.setdefault("capability_statements", {})
-    if registry.version not in cache:
-        cache[registry.version] = capability_statement(
-            ctx.fhir_base(request), TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry)
-    return await capabilities(ctx, request, cache[registry.version])
+    cache: dict[tuple[str, str], dict[str, Any]] = ctx.extras.setdefault(
+        "capability_statements", {})
+    base = ctx.fhir_base(request)
+    key = (registry.version, base)
+    if key not in cache:
+        if len(cache) > 64:  # many Host names: bounded
+            cache.clear()
+        cache[key] = capability_statement(
+            base, TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry,
+            security=None if ctx.security is None else ctx.security(base))
+    return await capabilities(ctx, request, cache[key])
 
 
 ROUTES: tuple[FhirRoute, ...] = (
@@ -148,6 +154,16 @@ _Compiled = tuple[str, tuple[str | None, ...], tuple[str, ...],
                   Callable[[Request], Awaitable[Response]]]
 
 
+def below_fhir(path: str) -> bool:
+    """Whether the FHIR API answers ``path``: everything below ``/fhir/`` but the
+    well-known URIs (RFC 8615, e.g. SMART's ``/fhir/.well-known/smart-configuration``),
+    which are not FHIR interactions and are left to the app's other routes."""
+    return path.startswith(FhirDispatch.PREFIX) and not path.startswith(WELL_KNOWN)
+
+
+WELL_KNOWN = "/fhir/.well-known/"
+
+
 class FhirDispatch(BaseRoute):
     """Every route below ``/fhir``: matched by their segments, first declared first."""
 
@@ -163,7 +179,7 @@ class FhirDispatch(BaseRoute):
                 (route.method, segments, names, endpoint))
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] == "http" and scope["path"].startswith(self.PREFIX):
+        if scope["type"] == "http" and below_fhir(scope["path"]):
             return Match.FULL, {}
         return Match.NONE, {}
 

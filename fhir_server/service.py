@@ -25,7 +25,7 @@ from fhir_server.compartments import PatientCompartments
 from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
 from fhir_server.search.custom import REFRESH_SECONDS, active_registry, active_version
-from fhir_server.search.extract import IndexExtractor
+from fhir_server.search.extract import IndexExtractor, token_codes
 from fhir_server.search.plan import MAX_COUNT, SearchError, SearchPlan, parse_search
 from fhir_server.search.registry import SearchRegistry, builtin_registry
 from fhir_server.store import (
@@ -132,6 +132,25 @@ class FhirService:
     def check_type(self, resource_type: str) -> None:
         if not is_resource_type(resource_type):
             raise FhirError.of(404, "not-supported", f"Unknown resource type {resource_type!r}")
+
+    def token_param(self, resource_type: str, code: str) -> bool:
+        """Whether ``code`` is a token search parameter of the type whose values are
+        indexed under its own name (not a union of others): what an access token filter
+        (``fhir_server.access.TokenFilter``) may name."""
+        param = self.registry.param(resource_type, code)
+        return (param is not None and param.type == "token" and param.searchable
+                and not param.union_of and param.expression is not None)
+
+    def tokens_of(self, resource: JSON, code: str) -> frozenset[tuple[str | None, str | None]]:
+        """(system, code) of the resource's values in the token parameter ``code``, as
+        the index holds them (for the check form of a token filter)."""
+        resource_type = resource.get("resourceType", "")
+        if not self.token_param(resource_type, code):
+            return frozenset()
+        expression = self.registry.params(resource_type)[code].expression
+        assert expression is not None
+        evaluate = self.registry.evaluator(resource_type, expression)
+        return token_codes(evaluate(resource)) if evaluate is not None else frozenset()
 
     # -- search ------------------------------------------------------------------------
     async def parse(self, resource_types: Sequence[str], params: Sequence[tuple[str, str]], *,

@@ -96,6 +96,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
         reason="Completes a login that returned mfa_required: the credential is the MFA "
                "token from that login (Authorization: Bearer mfa_…), not an access token.",
     ),
+    ("POST", "/api/appointments"): Rule(
+        PUBLIC, limit="booking",
+        reason="Public as the spec says, on a budget of its own: a booking may register a "
+               "patient and e-mails the address it is given, so it is held tighter than "
+               "other public routes.",
+    ),
 }
 
 
@@ -135,6 +141,49 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
     }
 
 
+def _smart_rules() -> dict[tuple[str, str], Rule]:
+    """The SMART authorization server (platform_api.smart). The spec lists discovery and
+    the EHR launch; OAuth 2.0 and SMART need the rest, each authenticating its callers
+    itself as the OAuth RFCs say (client credentials, PKCE, signed-in pages)."""
+    oauth = "OAuth endpoint: the client authenticates in the request (RFC 6749 2.3)"
+    page = "SMART authorization page: the user signs in on it"
+    discovery = "SMART / OpenID Connect discovery: public by definition"
+    admins = "Administrators manage the registered SMART clients (SMART IG: registration)"
+    return {
+        ("GET", "/fhir/.well-known/smart-configuration"): Rule(PUBLIC, limit="public",
+                                                                reason=discovery),
+        ("GET", "/fhir/.well-known/openid-configuration"): Rule(PUBLIC, limit="public",
+                                                                 reason=discovery),
+        ("GET", "/oauth2/jwks"): Rule(PUBLIC, limit="public", reason=discovery),
+        ("GET", "/oauth2/smart-style.json"): Rule(PUBLIC, limit="public", reason=discovery),
+        ("POST", "/oauth2/token"): Rule(PUBLIC, limit="login", reason=oauth),
+        ("POST", "/oauth2/introspect"): Rule(PUBLIC, limit="read", reason=oauth),
+        ("POST", "/oauth2/revoke"): Rule(PUBLIC, limit="write", reason=oauth),
+        ("GET", "/oauth2/authorize"): Rule(PUBLIC, limit="public", reason=page),
+        ("POST", "/oauth2/authorize"): Rule(PUBLIC, limit="public", reason=page),
+        ("POST", "/oauth2/authorize/sign-in"): Rule(PUBLIC, limit="login", reason=page),
+        ("POST", "/oauth2/authorize/mfa"): Rule(PUBLIC, limit="login", reason=page),
+        ("POST", "/oauth2/authorize/patient"): Rule(PUBLIC, limit="public", reason=page),
+        ("POST", "/oauth2/authorize/patient-search"): Rule(PUBLIC, limit="public",
+                                                            reason=page),
+        ("POST", "/oauth2/authorize/consent"): Rule(PUBLIC, limit="public", reason=page),
+        ("GET", "/oauth2/manage"): Rule(PUBLIC, limit="public", reason=page),
+        ("POST", "/oauth2/manage"): Rule(PUBLIC, limit="login", reason=page),
+        ("POST", "/oauth2/manage/mfa"): Rule(PUBLIC, limit="login", reason=page),
+        ("POST", "/oauth2/manage/apps"): Rule(PUBLIC, limit="write", reason=page),
+        ("POST", "/oauth2/register"): Rule(
+            AUTHENTICATED, scope="smart:register", limit="write",
+            reason="RFC 7591 registration: a platform administrator or an API key with "
+                   "smart:register (the handler checks which)"),
+        ("GET", "/api/smart/clients"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
+                                            limit="read", reason=admins),
+        ("GET", "/api/smart/clients/{}"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
+                                               limit="read", reason=admins),
+        ("PATCH", "/api/smart/clients/{}"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
+                                                 limit="write", reason=admins),
+    }
+
+
 PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC, limit="public"),
     ("GET", "/openapi.json"): Rule(PUBLIC, limit="public"),
@@ -142,6 +191,7 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),
+    **_smart_rules(),
     # Patients area: what its workflows need beyond the spec's operations.
     ("GET", "/api/eprescriptions"): Rule(
         AUTHENTICATED, scope="eprescriptions:read", limit="read",
@@ -228,6 +278,8 @@ def scope_resources() -> frozenset[str]:
 
 
 SCOPE_ACTIONS = ("read", "write", "*")
+# API-key scopes that are not <resource>:<read|write>: what a named route alone accepts.
+SPECIAL_SCOPES = frozenset({"smart:register"})
 
 
 def scope_granted(scopes: frozenset[str], required: str) -> bool:
@@ -349,6 +401,9 @@ def insufficient_scope(message: str) -> ApiError:
 def authorize(rule: Rule, principal: Principal, params: list[str], method: str, path: str
               ) -> None:
     """403 unless the principal may call a route with this rule."""
+    if principal.kind == "smart" and not (path == "/fhir" or path.startswith("/fhir/")):
+        # A SMART app's token is for the FHIR API its scopes name, nothing else.
+        raise insufficient_scope(f"SMART access tokens reach only /fhir, not {method} {path}")
     if rule.roles and not (principal.is_super_admin or principal.roles & rule.roles):
         raise forbidden(f"This needs one of the roles: {', '.join(sorted(rule.roles))}")
     if principal.kind != "api_key":

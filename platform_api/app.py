@@ -24,10 +24,20 @@ from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError
-from fhir_server.router import FhirDispatch, build_fhir_routes, openapi_paths
+from fhir_server.router import FhirDispatch, below_fhir, build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
+from platform_api import (
+    admin,
+    dead_letters,
+    developer_keys,
+    health,
+    labs,
+    organizations,
+    patients,
+    scheduling,
+    smart,
+)
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
@@ -213,7 +223,7 @@ class PlatformApp(FastAPI):
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         fast = self.fhir_fast_path
-        if fast is not None and scope["type"] == "http" and scope["path"].startswith("/fhir/"):
+        if fast is not None and scope["type"] == "http" and below_fhir(scope["path"]):
             await fast(scope, receive, send)
             return
         await FastAPI.__call__(self, scope, receive, send)
@@ -229,6 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     policy = Policy(fhir, store, ttl=auth.recheck_seconds)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus,
                         policy=policy)
+    smart_server = services.extras[smart.EXTRAS_KEY] = smart.SmartServer(services)
     housekeeping = Housekeeping(store, settings)
 
     @asynccontextmanager
@@ -236,16 +247,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await store.open()
         store.add_outbox_listener(bus.wake)
         await auth.start()
+        await smart_server.start()
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
+        slot_keeper = scheduling.start(services)
         housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
             await housekeeping.stop()
+            await slot_keeper.stop()
             if mllp is not None:
                 await mllp.close()
+            await smart_server.stop()
             await auth.stop()
             await bus.stop()
             await store.close()
@@ -264,7 +279,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_docs(app)
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
-    fhir_routes = build_fhir_routes(FhirContext(fhir, settings.base_url), fhir_access)
+    fhir_routes = build_fhir_routes(FhirContext(
+        fhir, settings.base_url, security=smart.capability_security), fhir_access)
     app.router.routes[:0] = fhir_routes
     install_fhir_openapi(app)
     app.include_router(health.router)
@@ -275,6 +291,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
+    app.include_router(scheduling.router)
+    app.include_router(smart.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)

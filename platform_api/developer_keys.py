@@ -23,7 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field, StringConstraints
 
-from platform_api.access import SCOPE_ACTIONS, scope_resources
+from platform_api.access import SCOPE_ACTIONS, SPECIAL_SCOPES, scope_resources
 from platform_api.audit import AuditRecord
 from platform_api.auth.api_keys import key_view
 from platform_api.auth.dependencies import auth_service, client_info, require_user_session
@@ -74,6 +74,8 @@ def check_scopes(scopes: list[str]) -> list[str]:
     """422 naming the first scope that is not ``<known resource>:<read|write|*>``."""
     known = scope_resources()
     for index, scope in enumerate(scopes):
+        if scope in SPECIAL_SCOPES:
+            continue
         match = _SCOPE.match(scope)
         if match is None or match.group(2) not in SCOPE_ACTIONS:
             raise validation_error(f"scopes.{index}", f"{scope!r} is not <resource>:<action> "

@@ -372,6 +372,9 @@ class Facade:
     summaries: Mapping[str, str] = field(default_factory=dict)
     # Its creates belong to no organization (a user's own record), whoever writes them.
     ownerless: bool = False
+    # More FHIR types the facade spans (a schedulable resource is a Practitioner, a
+    # Location or a Device): lists search them all at once, a get reads the id in each.
+    also: Sequence[str] = ()
     # Stages what a create, update or delete brings with it (see the module docstring).
     alongside: Alongside | None = None
     tags: Sequence[str] = ()
@@ -387,6 +390,11 @@ class Facade:
     async def render_one(self, ctx: ApiContext, resource: JSON) -> JSON:
         return (await self.render(ctx, [resource]))[0]
 
+    @property
+    def types(self) -> list[str]:
+        """The FHIR types the facade reads and writes (``resource`` first)."""
+        return [self.resource, *self.also]
+
     def _scope_value(self, ctx: ApiContext) -> str | None:
         return ctx.path.get(self.scope.param) if self.scope is not None else None
 
@@ -399,10 +407,15 @@ class Facade:
         """The resource, read as the caller (404 unknown or outside the scope and the fixed
         criteria, 403 not the caller's to see)."""
         await self.enter(ctx)
-        try:
-            resource = await ctx.fhir.read_json(self.resource, resource_id)
-        except (ResourceNotFound, ResourceGone):
-            raise not_found(self.name) from None
+        resource = None
+        for resource_type in self.types:
+            try:
+                resource = await ctx.fhir.read_json(resource_type, resource_id)
+                break
+            except (ResourceNotFound, ResourceGone):
+                continue
+        if resource is None:
+            raise not_found(self.name)
         value = self._scope_value(ctx)
         if (self.scope is not None and value is not None
                 and not self.scope.contains(ctx, resource, value)) \
@@ -422,7 +435,7 @@ class Facade:
         value = self._scope_value(ctx)
         params = [*(self.scope.criteria(value) if self.scope and value else []),
                   *self.fixed, *extra, ("_sort", self.sort)]
-        plan = await ctx.fhir.parse([self.resource], params, strict=True)
+        plan = await ctx.fhir.parse(self.types, params, strict=True)
         plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
         result = await ctx.fhir.search_page(plan)
         return [orjson.loads(s.body) for s in result.resources], result.total or 0
@@ -442,8 +455,10 @@ class Facade:
                 resource = await self.alongside(Write(
                     ctx, unit, {**resource, "id": resource.get("id") or new_id()}, payload,
                     None))
+            kind = resource.get("resourceType")
             staged = await unit.create(
-                resource, resource_id=resource.get("id"), expected_type=self.resource,
+                resource, resource_id=resource.get("id"),
+                expected_type=kind if kind in self.types else self.resource,
                 ownerless=self.ownerless,
                 # no criteria: nothing to compare this resource by (e.g. an uncoded one)
                 if_none_exist=(self.unique.criteria(resource) or None) if self.unique
@@ -484,7 +499,7 @@ class Facade:
         async with unit:
             if self.alongside is not None:
                 await self.alongside(Write(ctx, unit, current, None, current))
-            await unit.delete(self.resource, resource_id,
+            await unit.delete(current["resourceType"], resource_id,
                               if_match=int(current.get("meta", {}).get("versionId", 0)) or None)
             if self.events.deleted:
                 unit.emit(self.events.deleted, self._event_payload(current),
@@ -571,9 +586,11 @@ class Facade:
               = None, status_code: int = 200, load: bool = True
               ) -> Callable[[ItemHandler], ItemHandler]:
         """Mount ``handler(ctx: ItemContext) -> resource`` at ``prefix + path`` (``path``
-        names the item ``{resource_id}``); the answer is the view of what it returns."""
+        names the item ``{resource_id}``, and may name more path parameters, read from
+        ``ctx.path``); the answer is the view of what it returns."""
         facade, router = self, self._mounted()
-        scope = _path_params(self._prefix)
+        scope = [*_path_params(self._prefix),
+                 *(p for p in _path_params(path) if p != "resource_id")]
 
         def decorate(handler: ItemHandler) -> ItemHandler:
             async def endpoint(resource_id: str, request_body: Any = None,
@@ -653,7 +670,16 @@ def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]]) -> bool:
                 return False
         elif param in ("intent", "status") and resource.get(param) not in wanted:
             return False
+        elif param == "_tag" and not _has_tag(resource, value):
+            return False
     return True
+
+
+def _has_tag(resource: JSON, token: str) -> bool:
+    """``meta.tag`` holds ``system|code`` (``system|``: any code of the system)."""
+    system, _, code = token.rpartition("|")
+    return any(t.get("system") == system and (not code or t.get("code") == code)
+               for t in (resource.get("meta") or {}).get("tag") or [] if isinstance(t, dict))
 
 
 def require(condition: bool, message: str = "You do not have permission to do this") -> None:

@@ -8,7 +8,11 @@ Health data (FHIR resources and their versions) is never touched here. What goes
   dispatched, and the dead letters, stay until handled);
 - refresh tokens, MFA challenges and one-time tokens (password reset, e-mail
   verification) a day after they expired, with their single-use guards, and the record of
-  each TOTP code used (a replay guard needed only while the code is valid) a day after.
+  each TOTP code used (a replay guard needed only while the code is valid) a day after;
+- the SMART authorization server's short-lived records a day after they expired:
+  authorization codes, EHR launch contexts, pending /authorize requests, management-page
+  sessions and the ``jti`` of client assertions (a replay guard needed only while the
+  assertion is valid).
 
 Without it every message, login and event left a row behind for ever: a lab sending 50
 messages a second adds four million idempotency records a day. The pass runs every
@@ -32,6 +36,7 @@ from hl7_gateway.gateway import MESSAGES
 from platform_api.auth import mfa, one_time, refresh
 from platform_api.auth.tokens import rfc3339
 from platform_api.settings import Settings
+from platform_api.smart import oauth as smart
 
 __all__ = ["Housekeeping", "Rule"]
 
@@ -75,6 +80,13 @@ class Housekeeping:
             Rule("mfa_used_steps", mfa.USED_STEPS, "used_at", EXPIRY_GRACE),
             Rule("one_time_tokens", one_time.TOKENS, "expires_at", EXPIRY_GRACE,
                  companions=(one_time.USES,)),
+            Rule("smart_codes", smart.CODES, "expires_at", EXPIRY_GRACE,
+                 companions=(smart.CODE_USES,)),
+            Rule("smart_launches", smart.LAUNCHES, "expires_at", EXPIRY_GRACE,
+                 companions=(smart.LAUNCH_USES,)),
+            Rule("smart_auth_requests", smart.AUTH_REQUESTS, "expires_at", EXPIRY_GRACE),
+            Rule("smart_manage_sessions", smart.MANAGE_SESSIONS, "expires_at", EXPIRY_GRACE),
+            Rule("smart_assertions", smart.ASSERTIONS, "expires_at", EXPIRY_GRACE),
         ]
         self._task: asyncio.Task[None] | None = None
 

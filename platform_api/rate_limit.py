@@ -39,6 +39,9 @@ DEFAULT_LIMITS: dict[str, str] = {
     "read": "6000/60",  # authenticated GET, per user or API key (100/s)
     "write": "1200/60",  # authenticated POST/PUT/PATCH/DELETE, per user or API key (20/s)
     "public": "300/60",  # routes without credentials, per IP
+    # public appointment booking, per IP: each one may register a patient and send an
+    # e-mail to the address given
+    "booking": "30/60",
     "webhook": "600/60",  # signed inbound notifications, per IP
     # login, registration, refresh, password reset, social login, MFA routes; per IP (a
     # clinic's staff may share one address: accounts are protected by login_failure)

@@ -79,6 +79,36 @@ class Settings(BaseSettings):
     rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
                                         'per class, e.g. {"read": "1200/60"}')
 
+    # Scheduling and telemedicine (platform_api/scheduling): the slot horizon's upkeep and
+    # the video platform's server API (LiveKit RoomService over Twirp)
+    scheduling_upkeep_interval_seconds: float = Field(
+        default=3600.0, ge=0, description="Seconds between passes that move every "
+        "schedule's slot horizon on; 0: never")
+    video_url: str = Field(default="", description="Base URL of the video platform's "
+                           "server API; empty disables video visits")
+    video_api_key: str = ""
+    video_api_secret: str = ""
+    video_token_ttl_seconds: int = Field(default=7200, gt=0, description="Lifetime of a "
+                                         "video visit's join tokens")
+    # SMART App Launch authorization server (platform_api/smart)
+    smart_access_token_ttl_seconds: int = Field(
+        default=3600, gt=0, le=3600, description="Lifetime of an app's access token")
+    smart_backend_token_ttl_seconds: int = Field(
+        default=300, gt=0, le=3600, description="Lifetime of a backend services token")
+    smart_code_ttl_seconds: int = Field(default=60, gt=0, description="Authorization codes")
+    smart_launch_ttl_seconds: int = Field(default=300, gt=0,
+                                          description="An EHR launch context's lifetime")
+    smart_authorize_ttl_seconds: int = Field(
+        default=900, gt=0, description="Time to sign in and consent on the /authorize pages")
+    smart_online_access_ttl_seconds: int = Field(
+        default=12 * 3600, gt=0, description="Refresh tokens of online_access")
+    smart_offline_access_ttl_seconds: int = Field(
+        default=90 * 24 * 3600, gt=0, description="Refresh tokens of offline_access")
+    smart_jwks_max_cache_seconds: int = Field(
+        default=3600, ge=0, description="Longest a client's fetched JWKS is kept (less when "
+        "its Cache-Control says so)")
+    smart_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"

@@ -75,3 +75,17 @@ def launch_chromium(playwright: Playwright) -> Browser:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed: apt-get install chromium")
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright for the length of the block (skips the test
+    when it is not installed)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()

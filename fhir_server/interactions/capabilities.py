@@ -75,6 +75,7 @@ def capability_statement(
     type_interactions: Sequence[str],
     system_interactions: Sequence[str],
     registry: SearchRegistry,
+    security: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     resources = [_resource(registry, t, type_interactions) for t in sorted(resource_types())]
     return {
@@ -95,7 +96,7 @@ def capability_statement(
                 "modifiers (:in, :not-in, :below/:above on tokens) and _contained; "
                 "Bundle.total is given with _total=accurate|estimate, or when the result "
                 "is small; paging links use a keyset _cursor."),
-            "security": {
+            "security": security or {
                 "cors": True,
                 "description": "Bearer access tokens (PASETO v4.public) from /api/auth/login",
             },

@@ -7,6 +7,7 @@ one of them goes through the access policy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,9 @@ class FhirContext:
     service: FhirService
     base_url: str = ""  # e.g. https://fhir.example.org (without /fhir); "" = from request
     extras: dict[str, Any] = field(default_factory=dict)  # per-app caches (capabilities)
+    # CapabilityStatement.rest.security for a FHIR base (the platform's SMART endpoints);
+    # None: bearer tokens described in general terms.
+    security: Callable[[str], dict[str, Any]] | None = None
 
     def fhir_base(self, request: Request) -> str:
         if self.base_url:

@@ -119,6 +119,12 @@ def _tokens(value: Any) -> list[tuple[str | None, str | None, str | None]]:
     return []
 
 
+def token_codes(values: list[Any]) -> frozenset[tuple[str | None, str | None]]:
+    """(system, code) of every token the values of a token parameter index (what a token
+    search matches), for checking one resource in memory."""
+    return frozenset((system, code) for value in values for system, code, _ in _tokens(value))
+
+
 def _texts(first: str | None, second: str | None) -> str | None:
     """Both texts for a contains-match (``\x1f`` never occurs in search terms)."""
     if first and second and first != second:

@@ -194,7 +194,9 @@ class AccessGrant:
     - ``owners``: one of these ``_security`` labels (the owning organizations);
     - ``identifiers``: one of these ``identifier`` values;
     - ``patients``: one of these Patients, or in the compartment of one of them through
-      the reference parameters ``members`` lists for its type.
+      the reference parameters ``members`` lists for its type;
+    - ``tokens``: for each ``(parameter, criteria)``, one of the criteria in that token
+      parameter (a SMART granular scope such as ``?category=...|laboratory``).
     """
 
     types: frozenset[str] | None
@@ -202,13 +204,15 @@ class AccessGrant:
     identifiers: tuple[TokenCriterion, ...] | None = None
     patients: tuple[str, ...] | None = None
     members: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tokens: tuple[tuple[str, tuple[TokenCriterion, ...]], ...] | None = None
 
     def covers(self, resource_type: str) -> bool:
         return self.types is None or resource_type in self.types
 
     @property
     def unconditional(self) -> bool:
-        return self.owners is None and self.identifiers is None and self.patients is None
+        return (self.owners is None and self.identifiers is None and self.patients is None
+                and self.tokens is None)
 
 
 @dataclass(frozen=True, slots=True)

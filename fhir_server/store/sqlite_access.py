@@ -6,7 +6,8 @@ grant is a conjunction of its type and of the index lookups its conditions name:
 - ``owners``: a ``_security`` token row ``urn:healthplatform:organization|<org>``;
 - ``identifiers``: an ``identifier`` token row;
 - ``patients``: a reference row from one of the compartment parameters of the row's type
-  to one of the Patients, or the row's resource being one of those Patients.
+  to one of the Patients, or the row's resource being one of those Patients;
+- ``tokens``: for each filter, a token row of its parameter matching one of its values.
 
 It compiles like any clause (:class:`~fhir_server.store.sqlite_search.Compiled`): a
 *check* on a candidate rid, used for the matches, the included resources, and the targets
@@ -136,6 +137,10 @@ def _grant(compiler: Compiler, grant: AccessGrant, types: Sequence[str] | None
         if found is None:
             return None
         conditions.append(found)
+    for param, criteria in grant.tokens or ():
+        if not criteria:
+            return None
+        conditions.append(_token_rows(compiler, param, criteria, relevant, typed_check))
     if not conditions:
         if relevant is None or not typed_check:
             return _ALL, None

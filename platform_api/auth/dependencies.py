@@ -83,6 +83,8 @@ async def authenticate_request(request: Request) -> Principal:
         if rule is None or rule.access != "public":
             raise ApiError(403, "INSUFFICIENT_SCOPE",
                            "API keys reach only the routes of the access table")
+    if principal.kind == "smart" and not request.url.path.startswith("/fhir/"):
+        raise ApiError(403, "INSUFFICIENT_SCOPE", "SMART access tokens reach only /fhir")
     request.state.principal = principal
     return principal
 

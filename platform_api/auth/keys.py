@@ -103,7 +103,7 @@ def load_key_file(path: Path) -> SigningKey:
 
 
 @contextmanager
-def _directory_lock(directory: Path) -> Iterator[None]:
+def directory_lock(directory: Path) -> Iterator[None]:
     """Serialize first-start key creation between processes sharing the directory."""
     fd = os.open(directory / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -131,7 +131,7 @@ class KeyRing:
     def load_or_create(cls, directory: Path) -> KeyRing:
         """Load the keys of ``directory``, creating the first one if there is none."""
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with _directory_lock(directory):
+        with directory_lock(directory):
             if not any(directory.glob(KEY_GLOB)):
                 log.info("no signing key in %s: generating one", directory)
                 generate_key_file(directory)

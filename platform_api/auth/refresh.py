@@ -23,7 +23,8 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from fhir_server.store import DuplicateDocument, ResourceStore, UnitOfWork
 from platform_api.auth.errors import invalid_refresh_token, refresh_token_reused
@@ -47,6 +48,7 @@ class RefreshRecord:
     family_id: str
     user_id: str
     document: dict[str, object]
+    family: dict[str, Any] = field(default_factory=dict)  # the family document
 
 
 class RefreshTokens:
@@ -63,13 +65,19 @@ class RefreshTokens:
         self.store, self.ttl_seconds = store, ttl_seconds
         self._on_revoke = on_revoke or (lambda _family_id: None)
 
-    def open_family(self, uow: UnitOfWork, user_id: str) -> tuple[str, str]:
-        """Stage a new family and its first token; returns ``(token, family_id)``."""
+    def open_family(self, uow: UnitOfWork, user_id: str, *, first_token: bool = True,
+                    ttl_seconds: int | None = None, **details: Any) -> tuple[str, str]:
+        """Stage a new family and its first token; returns ``(token, family_id)``.
+
+        ``details`` are kept in the family document (a SMART authorization's ``kind``,
+        client and grant); without ``first_token`` the family has no token yet (the
+        token is ``""``): a session that only revokes together what it issued."""
         family_id = str(uuid.uuid4())
         uow.insert_document(
             FAMILIES,
             family_id,
             {
+                **details,
                 "id": family_id,
                 "user_id": user_id,
                 "created_at": rfc3339(time.time()),
@@ -77,7 +85,8 @@ class RefreshTokens:
                 "revoked_reason": None,
             },
         )
-        return self._stage_token(uow, family_id, user_id), family_id
+        token = self.stage_token(uow, family_id, user_id, ttl_seconds) if first_token else ""
+        return token, family_id
 
     async def lookup(self, token: str) -> RefreshRecord:
         """The record of a usable token; refuses unknown, expired, revoked and reused ones."""
@@ -89,21 +98,24 @@ class RefreshTokens:
         if doc.get("used_at") is not None:
             await self.revoke_family(family_id, "refresh token reused")
             raise refresh_token_reused()
-        if await self.family_revoked(family_id):
+        family = await self.store.get_document(FAMILIES, family_id)
+        if family is None or family.get("revoked_at") is not None:
             raise invalid_refresh_token("the session was revoked; log in again")
         if parse_rfc3339(doc["expires_at"]) <= time.time():
             raise invalid_refresh_token("token expired; log in again")
-        return RefreshRecord(digest, family_id, user_id, doc)
+        return RefreshRecord(digest, family_id, user_id, doc, family)
 
-    async def rotate(self, record: RefreshRecord) -> str:
-        """Mark ``record`` used and return its successor in the same family."""
+    async def rotate(self, record: RefreshRecord, ttl_seconds: int | None = None) -> str:
+        """Mark ``record`` used and return its successor in the same family (valid for
+        ``ttl_seconds``, the default lifetime when ``None``)."""
         now = rfc3339(time.time())
         try:
             async with self.store.unit_of_work() as uow:
                 uow.insert_document(
                     USES, record.token_hash, {"id": record.token_hash, "used_at": now}
                 )
-                successor = self._stage_token(uow, record.family_id, record.user_id)
+                successor = self.stage_token(uow, record.family_id, record.user_id,
+                                             ttl_seconds)
                 uow.put_document(
                     TOKENS,
                     record.token_hash,
@@ -157,7 +169,11 @@ class RefreshTokens:
             await uow.commit()
         return [f["id"] for f in families]
 
-    def _stage_token(self, uow: UnitOfWork, family_id: str, user_id: str) -> str:
+    def stage_token(self, uow: UnitOfWork, family_id: str, user_id: str,
+                    ttl_seconds: int | None = None) -> str:
+        """Stage a new token of the family (valid ``ttl_seconds``, default the
+        configured lifetime); returns it."""
+        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         digest, now = token_hash(token), time.time()
         uow.insert_document(
@@ -168,7 +184,7 @@ class RefreshTokens:
                 "family_id": family_id,
                 "user_id": user_id,
                 "created_at": rfc3339(now),
-                "expires_at": rfc3339(now + self.ttl_seconds),
+                "expires_at": rfc3339(now + ttl),
                 "used_at": None,
                 "replaced_by": None,
             },

@@ -16,7 +16,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from platform_api.auth.keys import _directory_lock
+from platform_api.auth.keys import directory_lock
 
 KEY_FILE = "secretbox.key"
 VERSION = "v1"
@@ -33,7 +33,7 @@ class SecretBox:
         """The key of ``directory``, written (O_EXCL, 0600) on first start."""
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = directory / KEY_FILE
-        with _directory_lock(directory):
+        with directory_lock(directory):
             if not path.exists():
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as handle:

@@ -19,6 +19,11 @@ Authenticating a request is on every hot path, so it is mostly memory work:
 The principal's roles are the user's *current* roles, not the ``roles`` claim, so a
 demotion does not wait for the token to expire.
 
+SMART access tokens (``platform_api.smart`` issues them with :meth:`issue_smart_token`)
+are checked the same way, plus their client's standing (``smart_clients``, set by the
+SMART authorization server: a disabled client's tokens are refused within
+``recheck_seconds``); their principal is of kind ``smart`` and carries the grant.
+
 The service also composes the rest of the auth area, each in its own module: API keys
 (``api_keys``), TOTP MFA (``mfa``), e-mail links (``recovery``), social login
 (``social``), the audit trail (:mod:`platform_api.audit`) and the rate limiter
@@ -32,11 +37,12 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fhir_server.service import FhirService
+from fhir_server.smart_scopes import ScopeSet
 from fhir_server.store import DuplicateDocument, ResourceStore, UnitOfWork
 from platform_api.audit import (
     MINOR_FAILURE,
@@ -62,7 +68,12 @@ from platform_api.auth.keys import KeyRing
 from platform_api.auth.mfa import MFA_TOKEN_PREFIX, MfaService, commit_code
 from platform_api.auth.one_time import OneTimeTokens
 from platform_api.auth.passwords import PasswordHashing
-from platform_api.auth.principal import PLATFORM_ADMIN_ROLES, SUPER_ADMIN, Principal
+from platform_api.auth.principal import (
+    PLATFORM_ADMIN_ROLES,
+    SUPER_ADMIN,
+    Principal,
+    SmartAuthorization,
+)
 from platform_api.auth.recovery import AccountEmails
 from platform_api.auth.refresh import TOKENS as REFRESH_TOKENS
 from platform_api.auth.refresh import RefreshTokens, token_hash
@@ -73,6 +84,7 @@ from platform_api.auth.tokens import (
     AccessTokenCodec,
     BoundedCache,
     IssuedToken,
+    SmartClaims,
     rfc3339,
 )
 from platform_api.envelope import ApiError, not_found
@@ -118,6 +130,19 @@ class _UserState:
     email: str
 
 
+@dataclass(frozen=True, slots=True)
+class ClientStanding:
+    """What admitting a SMART client's tokens depends on (see ``smart_clients``): the
+    organization a backend services client acts for, or the whole platform."""
+
+    organization: str | None = None
+    platform_wide: bool = False
+
+
+# client_id -> its standing; None when unknown or disabled (its tokens are refused).
+ClientLookup = Callable[[str], Awaitable[ClientStanding | None]]
+
+
 @dataclass(slots=True)
 class _Session:
     """A verified token in the cache, with what was last checked about it."""
@@ -126,6 +151,7 @@ class _Session:
     checked_at: float = -math.inf  # monotonic time of the last revocation read
     state: _UserState | None = None
     principal: Principal | None = None
+    standing: ClientStanding | None = None
 
 
 @dataclass(slots=True)
@@ -187,6 +213,8 @@ class AuthService:
         self._passwords: PasswordHashing | None = None
         self._mfa: MfaService | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # Set by the SMART authorization server; without it SMART tokens are refused.
+        self.smart_clients: ClientLookup | None = None
 
     async def start(self) -> None:
         """Load (or create) the signing keys and declare the unique user fields."""
@@ -395,6 +423,14 @@ class AuthService:
         The same 401 for any wrong pair. Ten wrong passwords for one account within the
         ``login_failure`` window lock it with 429 until the window ends (NIST SP 800-63B
         5.2.2); a successful login or a password reset clears the count."""
+        user = await self.verify_password(email, password, client)
+        return await self.first_factor_passed(user, "password", client)
+
+    async def verify_password(self, email: str, password: str,
+                              client: ClientInfo = NO_CLIENT) -> JSON:
+        """The first factor of a login (see :meth:`login`: the same refusals, lockout and
+        audit): the active user document, without opening a session (the SMART
+        authorization pages sign users in this way)."""
         account = users.normalize_email(email)
         locked = await self.limiter.peek("login_failure", f"account:{account}")
         if not locked.allowed:
@@ -417,8 +453,7 @@ class AuthService:
                 user_email=user["email"], client=client))
             raise account_suspended()
         await self.limiter.reset("login_failure", f"account:{account}")
-        user = await self._rehash_if_needed(user, password)
-        return await self.first_factor_passed(user, "password", client)
+        return await self._rehash_if_needed(user, password)
 
     async def first_factor_passed(self, user: JSON, method: str, client: ClientInfo
                                   ) -> LoginResult | MfaRequired:
@@ -463,6 +498,9 @@ class AuthService:
             if refused.code == "REFRESH_TOKEN_REUSED":
                 await self._audit_reuse(refresh_token, client)
             raise
+        if record.family.get("kind") is not None:  # a SMART app's: never a platform session
+            raise invalid_refresh_token("this refresh token belongs to an app; use the token "
+                                        "endpoint that issued it")
         user = await self.store.get_document(users.COLLECTION, record.user_id)
         if user is None:
             await self.refresh_tokens.revoke_family(record.family_id, "user deleted")
@@ -489,23 +527,26 @@ class AuthService:
         """Revoke the access token and its refresh-token family."""
         claims = self.codec.verify(access_token)
         async with self.store.unit_of_work() as uow:
-            uow.put_document(
-                REVOKED_TOKENS,
-                claims.jti,
-                {
-                    "id": claims.jti,
-                    "user_id": claims.sub,
-                    "expires_at": rfc3339(claims.expires_at),
-                    "revoked_at": rfc3339(time.time()),
-                },
-            )
+            self.stage_token_revocation(uow, claims)
             if claims.sid is not None:
                 await self.refresh_tokens.revoke_family(claims.sid, "logout", uow)
             self.audit.stage(uow, AuditRecord("logout", user_id=claims.sub,
                                               user_email=claims.email, client=client))
             await uow.commit()
+        self.token_revoked(claims, access_token)
+
+    def stage_token_revocation(self, uow: UnitOfWork, claims: AccessClaims) -> None:
+        """Stage the revocation of one access token (every process refuses it within
+        ``recheck_seconds``; call :meth:`token_revoked` after the commit)."""
+        uow.put_document(REVOKED_TOKENS, claims.jti, {
+            "id": claims.jti, "user_id": claims.sub,
+            "expires_at": rfc3339(claims.expires_at), "revoked_at": rfc3339(time.time())})
+
+    def token_revoked(self, claims: AccessClaims, token: str | None = None) -> None:
+        """Refuse a revoked access token in this process from now on."""
         self._revoked.add(self._revoked.jtis, claims.jti, claims.expires_at)
-        self._sessions.discard(access_token)
+        if token is not None:
+            self._sessions.discard(token)
 
     async def revoke_sessions(self, user_id: str, reason: str) -> None:
         """End every session of a user (password reset): refresh families and, through
@@ -528,6 +569,27 @@ class AuthService:
         # check (revocation and account status are still checked as for any token).
         self._sessions.put(issued.token, _Session(issued.claims))
         return issued
+
+    def issue_smart_token(self, subject: str, smart: SmartClaims, *, ttl_seconds: int,
+                          user: JSON | None = None, session_id: str | None = None
+                          ) -> IssuedToken:
+        """Sign a SMART access token: for ``user`` (a user document) through a SMART app,
+        or for a backend services client (``subject`` its client id, no user)."""
+        issued = self.codec.issue(
+            subject=subject, roles=[] if user is None else user.get("roles", []),
+            email=None if user is None else user.get("email"), session_id=session_id,
+            ttl_seconds=ttl_seconds, smart=smart)
+        self._sessions.put(issued.token, _Session(issued.claims))
+        return issued
+
+    def verify_token(self, token: str) -> AccessClaims:
+        """The verified claims of an access token (signature, issuer, audience, expiry);
+        ApiError 401 otherwise. Revocation and account status are not checked here."""
+        session = self._sessions.get(token)
+        claims = session.claims if session is not None else self.codec.verify(token)
+        if time.time() >= claims.expires_at:
+            raise token_expired()
+        return claims
 
     # -- per request -------------------------------------------------------------------
     async def authenticate_credentials(
@@ -560,20 +622,51 @@ class AuthService:
         if time.time() >= claims.expires_at:
             self._sessions.discard(token)
             raise token_expired()
-        state = await self._user_state(claims.sub)
-        if state is None:
-            raise invalid_token("the account no longer exists")
-        if state.status != users.ACTIVE:
-            raise account_suspended()
-        if self._revoked.hit(claims):
-            raise invalid_token("the token was revoked")
-        if time.monotonic() - session.checked_at >= self.recheck_seconds:
-            await self._recheck_revocation(session)
+        if claims.smart is not None:
+            return await self._smart_principal(session, claims.smart)
+        state = await self._active_user(claims.sub)
+        await self._check_revocation(session)
         if session.state is not state or session.principal is None:
             session.state = state
             session.principal = Principal(
                 user_id=claims.sub, email=state.email, roles=state.roles, token_id=claims.jti
             )
+        return session.principal
+
+    async def _active_user(self, user_id: str) -> _UserState:
+        state = await self._user_state(user_id)
+        if state is None:
+            raise invalid_token("the account no longer exists")
+        if state.status != users.ACTIVE:
+            raise account_suspended()
+        return state
+
+    async def _check_revocation(self, session: _Session) -> None:
+        if self._revoked.hit(session.claims):
+            raise invalid_token("the token was revoked")
+        if time.monotonic() - session.checked_at >= self.recheck_seconds:
+            await self._recheck_revocation(session)
+
+    async def _smart_principal(self, session: _Session, smart: SmartClaims) -> Principal:
+        """The principal of a SMART access token: its client must still be registered
+        and enabled, its user (if it has one) active, the token and its session live."""
+        claims = session.claims
+        standing = await self.smart_clients(smart.client_id) if self.smart_clients else None
+        if standing is None:
+            raise invalid_token("the SMART client is unknown or disabled")
+        state = None if smart.backend else await self._active_user(claims.sub)
+        await self._check_revocation(session)
+        if session.principal is None or session.state is not state or \
+                session.standing != standing:
+            session.state, session.standing = state, standing
+            grant = SmartAuthorization(
+                smart.client_id, ScopeSet.parse(smart.scope), smart.patient, smart.encounter,
+                smart.fhir_user, smart.backend, standing.organization, standing.platform_wide)
+            session.principal = Principal(
+                user_id=f"client:{smart.client_id}" if smart.backend else claims.sub,
+                kind="smart", email=None if state is None else state.email,
+                roles=frozenset() if state is None else state.roles, token_id=claims.jti,
+                smart=grant)
         return session.principal
 
     async def authenticate_api_key(self, presented: str, client: ClientInfo = NO_CLIENT

@@ -6,6 +6,10 @@ handle for revocation), ``roles``, ``email`` and ``sid`` (the refresh-token fami
 token belongs to, so logout and reuse detection can revoke the whole session).
 Footer: ``{"kid": "k4.pid.…"}``.
 
+A SMART access token (``platform_api.smart``) is the same token with one more claim,
+``smart``: ``{client_id, scope, patient?, encounter?, fhirUser?, backend?}`` (its ``sub``
+is the user, or for a backend services client the client id); only /fhir accepts it.
+
 Verification order, each step failing closed with a 401:
 
 1. the header must be ``v4.public.`` (no ``v4.local.``, ``v2.public.``, ...);
@@ -34,8 +38,9 @@ from platform_api.auth.keys import KeyRing
 from platform_api.envelope import ApiError
 
 ACCEPTED_HEADER = "v4.public."
-# Ours are ~400 characters; a cap keeps base64 and JSON work bounded for garbage input.
-MAX_TOKEN_LENGTH = 4096
+# Ours are ~400 characters (a SMART token with many granular scopes a few thousand); a cap
+# keeps base64 and JSON work bounded for garbage input, under the usual 8 KiB header limit.
+MAX_TOKEN_LENGTH = 7168
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -55,6 +60,41 @@ def parse_rfc3339(value: object) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class SmartClaims:
+    """The ``smart`` claim of a SMART access token (module docstring)."""
+
+    client_id: str
+    scope: str
+    patient: str | None = None
+    encounter: str | None = None
+    fhir_user: str | None = None
+    backend: bool = False
+
+    def as_claim(self) -> dict[str, Any]:
+        claim: dict[str, Any] = {"client_id": self.client_id, "scope": self.scope}
+        optional = {"patient": self.patient, "encounter": self.encounter,
+                    "fhirUser": self.fhir_user}
+        claim.update({k: v for k, v in optional.items() if v is not None})
+        if self.backend:
+            claim["backend"] = True
+        return claim
+
+    @classmethod
+    def from_claim(cls, claim: object) -> SmartClaims:
+        if not isinstance(claim, dict):
+            raise ValueError("smart claim is not an object")
+        client_id, scope = claim.get("client_id"), claim.get("scope")
+        if not isinstance(client_id, str) or not client_id or not isinstance(scope, str):
+            raise ValueError("smart claim needs client_id and scope")
+        patient, encounter, fhir_user = (claim.get(k) for k in ("patient", "encounter",
+                                                                "fhirUser"))
+        if not all(v is None or isinstance(v, str) for v in (patient, encounter, fhir_user)):
+            raise ValueError("smart launch context values are strings")
+        return cls(client_id, scope, patient, encounter, fhir_user,
+                   backend=claim.get("backend") is True)
+
+
+@dataclass(frozen=True, slots=True)
 class AccessClaims:
     """The claims of a verified access token that the service relies on."""
 
@@ -64,6 +104,7 @@ class AccessClaims:
     roles: frozenset[str]
     email: str | None
     sid: str | None
+    smart: SmartClaims | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +135,7 @@ class AccessTokenCodec:
         email: str | None,
         session_id: str | None,
         ttl_seconds: int,
+        smart: SmartClaims | None = None,
     ) -> IssuedToken:
         """Sign a token valid for ``ttl_seconds`` (negative gives an expired token)."""
         now = time.time()
@@ -111,9 +153,12 @@ class AccessTokenCodec:
         }
         if session_id is not None:
             claims["sid"] = session_id
+        if smart is not None:
+            claims["smart"] = smart.as_claim()
         key = self.keys.signing_key
         token = pyseto.encode(key.secret, claims, footer={"kid": key.kid}, serializer=json)
-        issued = AccessClaims(subject, jti, expires_at, frozenset(roles), email, session_id)
+        issued = AccessClaims(subject, jti, expires_at, frozenset(roles), email, session_id,
+                              smart)
         return IssuedToken(token.decode("ascii"), issued)
 
     def verify(self, token: str) -> AccessClaims:
@@ -152,6 +197,10 @@ class AccessTokenCodec:
         except ValueError:
             raise invalid_token("exp must be an RFC 3339 time") from None
         email, sid = payload.get("email"), payload.get("sid")
+        try:
+            smart = SmartClaims.from_claim(payload["smart"]) if "smart" in payload else None
+        except ValueError as exc:
+            raise invalid_token(str(exc)) from None
         return AccessClaims(
             sub,
             jti,
@@ -159,6 +208,7 @@ class AccessTokenCodec:
             frozenset(roles),
             email if isinstance(email, str) else None,
             sid if isinstance(sid, str) else None,
+            smart,
         )
 
 

@@ -15,7 +15,8 @@ Two layers, both data:
   criteria, never by filtering results afterwards) and every /api facade.
 
 ``Policy.access(principal, door)`` is what a request handler asks for; SMART scopes join
-as one more type filter (and a patient compartment) of the same grants.
+as one more narrowing of the same grants (types, the launch patient's compartment, token
+constraints: :mod:`~platform_api.policy.smart`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from typing import Any
 
 from fhir_server.access import READ
 from fhir_server.service import FhirService
+from fhir_server.smart_scopes import ScopeUniverse
 from fhir_server.store import ResourceStore
-from platform_api.auth.principal import Principal
+from platform_api.auth.principal import Principal, SmartAuthorization
 from platform_api.policy.grants import PolicyAccess, TypeFilter
 from platform_api.policy.roles import ORG_ROLES
+from platform_api.policy.smart import (
+    SmartNarrowing,
+    backend_subject,
+    narrowing_of,
+    shared_types,
+)
 from platform_api.policy.subject import SUBJECT_TYPES, USER_SYSTEM, Subject, SubjectLoader
 
 FHIR_DOOR, API_DOOR = "fhir", "api"
@@ -53,20 +61,56 @@ class Policy:
     """Builds each request's :class:`~fhir_server.access.Access`."""
 
     def __init__(self, fhir: FhirService, store: ResourceStore, *, ttl: float = 5.0):
+        self.fhir = fhir
         self.subjects = SubjectLoader(fhir, store, ttl=ttl)
         fhir.add_write_listener(self.resources_written)
+        self._universe: tuple[str, ScopeUniverse] | None = None
+        self._backends: dict[Principal, Subject] = {}
+        self._narrowings: dict[SmartAuthorization, SmartNarrowing] = {}
 
     async def subject(self, principal: Principal) -> Subject:
         return await self.subjects.subject(principal)
 
     async def access(self, principal: Principal, door: str = API_DOOR) -> PolicyAccess:
         """The access of ``principal`` on a request through ``door``: on /fhir an API key
-        is also held to its per-type scopes; on /api the access table already checked the
-        route's scope."""
+        is also held to its per-type scopes and a SMART token to its scopes; on /api the
+        access table already checked the route's scope (and refuses SMART tokens)."""
+        if principal.smart is not None:
+            return await self._smart_access(principal)
         subject = await self.subjects.subject(principal)
         type_filter = _key_scopes(principal) if (
             door == FHIR_DOOR and principal.kind == "api_key") else None
         return PolicyAccess(subject, type_filter)
+
+    async def _smart_access(self, principal: Principal) -> PolicyAccess:
+        smart = principal.smart
+        assert smart is not None
+        if smart.backend:
+            # No user to load: the subject is the registration's, kept while the principal
+            # (cached per token by the auth service) is the same.
+            subject = self._backends.get(principal)
+            if subject is None:
+                if len(self._backends) > 10_000:
+                    self._backends.clear()
+                subject = self._backends[principal] = backend_subject(principal)
+        else:
+            subject = await self.subjects.subject(principal)
+        universe = self.scope_universe()
+        narrowing = self._narrowings.get(smart)
+        if narrowing is None or narrowing.universe is not universe:
+            if len(self._narrowings) > 10_000:
+                self._narrowings.clear()
+            narrowing = self._narrowings[smart] = narrowing_of(smart, universe)
+        return PolicyAccess(subject, narrowing=narrowing)
+
+    def scope_universe(self) -> ScopeUniverse:
+        """What SMART scopes are matched against, for the registry in use."""
+        registry = self.fhir.registry
+        if self._universe is None or self._universe[0] != registry.version:
+            compartment = frozenset({"Patient", *registry.compartment_types("Patient")})
+            self._universe = (registry.version, ScopeUniverse(
+                compartment, shared_types() - compartment, self.fhir.token_param))
+        return self._universe[1]
 
     def membership_changed(self, user_id: str) -> None:
         self.subjects.invalidate(user_id)

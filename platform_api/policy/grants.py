@@ -16,22 +16,43 @@ resource and as search criteria (see :mod:`fhir_server.access`):
 Deny by default: what no relation grants, nobody but a platform administrator reaches.
 An API key acts for its owner within its scopes (``<Type>:read``/``<Type>:write`` on
 /fhir; on /api the route's own scope was checked by the access table) and never with its
-owner's administrator powers.
+owner's administrator powers. A SMART token narrows the same grants by its scopes (a
+:class:`Narrowing`, see :mod:`platform_api.policy.smart`).
+
+``search`` (searches, type and system history) is compiled from the ``read`` relations;
+only a narrowing (SMART's ``.s`` vs ``.r``) tells the two apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from fhir_server.access import ACTIONS, CREATE, READ, Grant
+from fhir_server.access import ACTIONS, CREATE, READ, SEARCH, Grant
 from fhir_server.validation import resource_types
 from platform_api.policy.roles import EVERYONE, PATIENT, types_for
 from platform_api.policy.subject import USER_SYSTEM, Subject
 
-# Type-level limits on top of the relations (API-key scopes, SMART scopes): a function of
+# Type-level limits on top of the relations (API-key scopes): a function of
 # (resource type, action) → allowed.
 TypeFilter = Callable[[str, str], bool]
+
+
+class Narrowing(Protocol):
+    """Limits on top of the relations that may also confine grants to compartments or
+    token values (SMART scopes): each relation grant becomes the grants it lets through."""
+
+    @property
+    def key(self) -> Hashable:
+        """What the narrowed grants depend on besides the subject (cache key)."""
+        ...
+
+    def narrow(self, grants: list[Grant], action: str) -> list[Grant]: ...
+
+    def explain(self, action: str, resource_type: str) -> str:
+        """What the narrowing lacks for ``action`` on the type (``""``: nothing)."""
+        ...
 
 _UNSET = object()
 PLATFORM_ADMIN, MEMBER, SELF, CONSENT, EVERYONE_RELATION = (
@@ -50,7 +71,8 @@ def _self(subject: Subject, action: str) -> list[Grant]:
     """The user's own Patient record (the one carrying their user identifier, so they can
     create it) and, once it exists, its compartment."""
     types = types_for(PATIENT, action)
-    if not types:
+    smart = subject.principal.smart
+    if not types or (smart is not None and smart.backend):  # a backend client has no record
         return []
     grants = []
     if "Patient" in types or action == CREATE:
@@ -90,25 +112,29 @@ RELATIONS: tuple[tuple[str, Callable[[Subject, str], list[Grant]]], ...] = (
 )
 
 
-def compile_grants(subject: Subject, action: str, type_filter: TypeFilter | None = None
-                   ) -> tuple[Grant, ...] | None:
+def compile_grants(subject: Subject, action: str, type_filter: TypeFilter | None = None,
+                   narrowing: Narrowing | None = None) -> tuple[Grant, ...] | None:
     """The caller's grants for ``action`` (``None``: unrestricted)."""
-    if subject.unrestricted and type_filter is None:
+    relation_action = READ if action == SEARCH else action
+    if subject.unrestricted and type_filter is None and narrowing is None:
         return None
     grants: list[Grant] = []
-    for _name, relation in RELATIONS:
-        grants += relation(subject, action)
     if subject.unrestricted:  # an administrator under scopes: every type the scopes allow
         grants = [Grant(None, relation=PLATFORM_ADMIN)]
+    else:
+        for _name, relation in RELATIONS:
+            grants += relation(subject, relation_action)
     if type_filter is not None:
-        grants = [_narrowed(g, action, type_filter) for g in grants]
+        grants = [_narrowed(g, relation_action, type_filter) for g in grants]
+    if narrowing is not None:
+        grants = narrowing.narrow(grants, action)
     return _merged(g for g in grants if g.types is None or g.types)
 
 
 def _narrowed(grant: Grant, action: str, allowed: TypeFilter) -> Grant:
     types = grant.types if grant.types is not None else resource_types()
     return Grant(frozenset(t for t in types if allowed(t, action)), grant.owners,
-                 grant.patients, grant.identifiers, grant.relation)
+                 grant.patients, grant.identifiers, grant.relation, grant.tokens)
 
 
 def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
@@ -121,8 +147,9 @@ def _merged(grants: Iterable[Grant]) -> tuple[Grant, ...]:
     kept: list[Grant] = []
     for grant in grants:
         key = (grant.types, grant.relation)
-        if grant.identifiers is not None:
-            kept.append(grant)
+        if grant.identifiers is not None or grant.tokens is not None:
+            if grant not in kept:
+                kept.append(grant)
         elif grant.owners is not None and grant.patients is None:
             by_owner.setdefault(key, set()).update(grant.owners)
         elif grant.patients is not None and grant.owners is None:
@@ -143,6 +170,7 @@ class PolicyAccess:
 
     subject: Subject
     type_filter: TypeFilter | None = None
+    narrowing: Narrowing | None = None
     _grants: dict[str, tuple[Grant, ...] | None] = field(default_factory=dict)
 
     def grants(self, action: str) -> tuple[Grant, ...] | None:
@@ -150,19 +178,29 @@ class PolicyAccess:
         if found is _UNSET:
             if action not in ACTIONS:
                 raise ValueError(f"unknown action {action!r}")
-            # Compiled once per subject (cached per user) and scopes, not per request.
-            key = (action, self.subject.principal.scopes if self.type_filter else None)
-            found = self.subject.compiled.get(key, _UNSET)
-            if found is _UNSET:
-                found = self.subject.compiled[key] = compile_grants(
-                    self.subject, action, self.type_filter)
+            if action == SEARCH and self.narrowing is None:
+                found = self.grants(READ)  # the same grants: nothing tells them apart
+            else:
+                # Compiled once per subject (cached per user) and scopes, not per request;
+                # the user's principals share the cache, so the key holds what tells them
+                # apart: the kind of credential, administrator powers, scopes.
+                principal = self.subject.principal
+                key = (action, principal.kind, self.subject.unrestricted,
+                       principal.scopes if self.type_filter else None,
+                       None if self.narrowing is None else self.narrowing.key)
+                found = self.subject.compiled.get(key, _UNSET)
+                if found is _UNSET:
+                    found = self.subject.compiled[key] = compile_grants(
+                        self.subject, action, self.type_filter, self.narrowing)
             self._grants[action] = found
         return found  # type: ignore[return-value]
 
     def describe(self) -> str:
-        principal = self.subject.principal
-        who = "this API key" if principal.kind == "api_key" else "you"
-        return who
+        kind = self.subject.principal.kind
+        return {"api_key": "this API key", "smart": "this SMART token"}.get(kind, "you")
+
+    def explain(self, action: str, resource_type: str) -> str:
+        return "" if self.narrowing is None else self.narrowing.explain(action, resource_type)
 
     def adopting(self, organization_id: str, role: str) -> PolicyAccess:
         """This access as if the caller were already ``role`` of ``organization_id``
@@ -171,4 +209,5 @@ class PolicyAccess:
         memberships = {**self.subject.memberships, organization_id: role}
         subject = Subject(self.subject.principal, memberships, self.subject.patient_id,
                           self.subject.practitioner_ids, self.subject.consents)
-        return PolicyAccess(subject, self.type_filter)  # compiled afresh: a new subject
+        # compiled afresh: a new subject
+        return PolicyAccess(subject, self.type_filter, self.narrowing)

@@ -45,11 +45,16 @@ class Subject:
     # Grants compiled from these relations, by (action, scopes) (see policy.grants): a
     # subject lives as long as its cache entry, so each request reuses them.
     compiled: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    # A SMART backend services client an administrator registered for the whole platform.
+    platform_wide: bool = False
 
     @property
     def unrestricted(self) -> bool:
-        """Platform administrators signed in as themselves (an API key never is)."""
-        return self.principal.kind == "user" and self.principal.is_platform_admin
+        """Platform administrators signed in as themselves (an API key or a SMART app
+        never is), and platform-wide backend services clients (narrowed by their
+        scopes)."""
+        return self.platform_wide or (self.principal.kind == "user"
+                                      and self.principal.is_platform_admin)
 
     def role_in(self, organization_id: str) -> str | None:
         return self.memberships.get(organization_id)
@@ -113,8 +118,11 @@ class SubjectLoader:
         # The relations are the user's; the principal (token or key, its scopes) is this
         # request's.
         if base.principal != principal:  # another token of the user, or one of their keys
+            # The compiled grants are the relations': shared by the user's principals
+            # (keyed by what differs between them, see PolicyAccess.grants), so a user
+            # with a session and a SMART app at once does not recompile on every request.
             base = Subject(principal, base.memberships, base.patient_id,
-                           base.practitioner_ids, base.consents)
+                           base.practitioner_ids, base.consents, base.compiled)
             if len(self._cache) <= 10_000:
                 self._cache[key] = (now if cached is None else cached[0], self._generation,
                                     base)

@@ -126,6 +126,46 @@ ward_router = APIRouter()
 wards.mount(ward_router, "/api/test-orgs/{org_id}/wards")
 
 
+ASSET_TAG = "urn:healthplatform:test-asset"
+
+
+class AssetCreate(BaseModel):
+    kind: Literal["room", "device"]
+    name: str
+
+
+class AssetView(AssetCreate):
+    id: str
+
+
+def asset_to_fhir(payload: dict, ctx: ApiContext, existing: dict | None) -> dict:
+    tag = {"meta": {"tag": [{"system": ASSET_TAG, "code": payload["kind"]}]}}
+    if payload["kind"] == "room":
+        return {"resourceType": "Location", "name": payload["name"], **tag}
+    return {"resourceType": "Device", "deviceName": [{"name": payload["name"],
+                                                      "type": "user-friendly-name"}], **tag}
+
+
+def asset_from_fhir(resource: dict) -> dict:
+    name = resource.get("name") or resource["deviceName"][0]["name"]
+    return {"id": resource["id"], "name": name,
+            "kind": "room" if resource["resourceType"] == "Location" else "device"}
+
+
+# A facade over two FHIR types (``also``), narrowed by a tag (``fixed``), with an item
+# route naming a second path parameter.
+assets = Facade(resource="Location", also=("Device",), name="Asset", create=AssetCreate,
+                view=AssetView, to_fhir=asset_to_fhir, from_fhir=asset_from_fhir,
+                scope=OrganizationScope(), fixed=[("_tag", ASSET_TAG + "|")])
+assets.mount(router, "/api/test-orgs/{org_id}/assets", ops=("list", "create", "get", "delete"))
+
+
+@assets.route("GET", "/{resource_id}/labels/{label}", summary="An asset with a label")
+async def labelled(ctx: ItemContext[Any]) -> dict[str, Any]:
+    return {**ctx.resource, "name": f"{asset_from_fhir(ctx.resource)['name']} "
+            f"[{ctx.path['label']}]"}
+
+
 @pytest.fixture
 async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
@@ -356,3 +396,32 @@ def test_fixed_criteria_hold_on_categories_codes_and_statuses():
     assert _fixed_hold(panel, [("category", "laboratory,vital-signs"),
                                ("status", "final,amended")])
     assert not _fixed_hold(panel, [("status", "preliminary")])
+
+
+async def test_a_facade_spans_several_types_narrowed_by_a_tag(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/assets"
+    room = (await client.post(base, json={"kind": "room", "name": "Theatre 2"}, headers=h)
+            ).json()["data"]
+    scanner = (await client.post(base, json={"kind": "device", "name": "CT scanner"},
+                                 headers=h)).json()["data"]
+    listing = (await client.get(base, headers=h)).json()
+    assert listing["meta"]["total"] == 2
+    assert {a["name"] for a in listing["data"]} == {"Theatre 2", "CT scanner"}
+    got = (await client.get(f"{base}/{scanner['id']}", headers=h)).json()["data"]
+    assert got == {"id": scanner["id"], "name": "CT scanner", "kind": "device"}
+    labelled = await client.get(f"{base}/{room['id']}/labels/sterile", headers=h)
+    assert labelled.json()["data"]["name"] == "Theatre 2 [sterile]"
+    # a Location of the organization without the tag is not an asset
+    plain = (await client.post("/fhir/Location", headers=h, json={
+        "resourceType": "Location", "name": "Corridor"})).json()
+    assert (await client.get(f"{base}/{plain['id']}", headers=h)).status_code == 404
+    assert (await client.get(base, headers=h)).json()["meta"]["total"] == 2
+    deleted = await client.delete(f"{base}/{scanner['id']}", headers=h)
+    assert deleted.status_code == 200
+    assert (await client.get(f"/fhir/Device/{scanner['id']}", headers=h)).status_code == 410
+    schema = (await client.get("/openapi.json")).json()
+    params = schema["paths"]["/api/test-orgs/{org_id}/assets/{resource_id}/labels/{label}"][
+        "get"]["parameters"]
+    assert {p["name"] for p in params} == {"org_id", "resource_id", "label"}

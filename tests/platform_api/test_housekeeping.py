@@ -134,3 +134,25 @@ async def test_used_totp_steps_go_a_day_after_use(app):
     purged = await Housekeeping(store, services.settings).run_once(now)
     assert purged["mfa_used_steps"] == 1
     assert [d["id"] for d in await store.find_documents(mfa.USED_STEPS)] == ["u1:200"]
+
+
+async def test_expired_smart_records_go_a_day_after_they_expired(app):
+    from platform_api.smart import oauth as smart
+
+    services = services_of(app.state)
+    store = services.store
+    now = time.time()
+    async with store.unit_of_work() as uow:
+        for collection in (smart.CODES, smart.LAUNCHES, smart.AUTH_REQUESTS,
+                           smart.MANAGE_SESSIONS, smart.ASSERTIONS):
+            for name, expires in (("old", now - 2 * DAY), ("live", now + 60)):
+                uow.insert_document(collection, name, {"id": name,
+                                                       "expires_at": rfc3339(expires)})
+        uow.insert_document(smart.CODE_USES, "old", {"id": "old"})
+        await uow.commit()
+    purged = await Housekeeping(store, services.settings).run_once(now)
+    for name in ("smart_codes", "smart_launches", "smart_auth_requests",
+                 "smart_manage_sessions", "smart_assertions"):
+        assert purged[name] == 1, name
+    assert [d["id"] for d in await store.find_documents(smart.CODES)] == ["live"]
+    assert await store.count_documents(smart.CODE_USES) == 0

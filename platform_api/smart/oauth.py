@@ -1,0 +1,95 @@
+"""What every SMART endpoint shares: the server's URLs, OAuth 2.0 error answers, and the
+documents the authorization server keeps.
+
+OAuth endpoints answer as RFC 6749 says, not with the /api envelope: JSON
+``{"error", "error_description"}`` with the status of section 5.2 (and RFC 7591 section
+3.2.2 for registration), ``Cache-Control: no-store`` and ``Pragma: no-cache`` on
+everything that carries a token or a secret.
+
+URLs are absolute (SMART conformance: discovery SHALL give absolute URLs): built from
+``HEALTHPLATFORM_BASE_URL`` when it is set, else from the request (its scheme and
+``Host``), as the FHIR API builds its own links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from platform_api.services import Services
+
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+# Bookkeeping documents (not health data).
+CLIENTS = "smart_clients"
+LAUNCHES = "smart_launches"
+LAUNCH_USES = "smart_launch_uses"
+AUTH_REQUESTS = "smart_auth_requests"
+CODES = "smart_codes"
+CODE_USES = "smart_code_uses"
+ASSERTIONS = "smart_assertion_jtis"
+MANAGE_SESSIONS = "smart_manage_sessions"
+SMART_FAMILY = "smart"  # refresh_families.kind of a SMART authorization
+
+# Paths of the authorization server (the spec lists only discovery and the launch).
+AUTHORIZE_PATH = "/oauth2/authorize"
+TOKEN_PATH = "/oauth2/token"
+INTROSPECT_PATH = "/oauth2/introspect"
+REVOKE_PATH = "/oauth2/revoke"
+REGISTER_PATH = "/oauth2/register"
+JWKS_PATH = "/oauth2/jwks"
+MANAGE_PATH = "/oauth2/manage"
+STYLE_PATH = "/oauth2/smart-style.json"
+
+
+class OAuthError(Exception):
+    """An OAuth 2.0 error answer (RFC 6749 5.2, RFC 7009, RFC 7591 3.2.2)."""
+
+    def __init__(self, error: str, description: str, status: int = 400,
+                 headers: dict[str, str] | None = None):
+        super().__init__(description)
+        self.error, self.description, self.status = error, description, status
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": self.error, "error_description": self.description},
+                            status_code=self.status, headers={**NO_STORE, **self.headers})
+
+
+def invalid_client(description: str) -> OAuthError:
+    return OAuthError("invalid_client", description, 401,
+                      {"WWW-Authenticate": 'Basic realm="token"'})
+
+
+def no_store_json(body: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=dict(NO_STORE))
+
+
+@dataclass(frozen=True, slots=True)
+class Urls:
+    """The absolute URLs of this server, for one request."""
+
+    base: str  # e.g. https://ehr.example.org
+
+    @property
+    def fhir(self) -> str:
+        return f"{self.base}/fhir"
+
+    @property
+    def issuer(self) -> str:
+        """OpenID Connect issuer: the FHIR base (its discovery is below it)."""
+        return self.fhir
+
+    def of(self, path: str) -> str:
+        return f"{self.base}{path}"
+
+
+def urls(request: Request) -> Urls:
+    services: Services = request.app.state.services
+    configured = services.settings.base_url.rstrip("/")
+    if configured:
+        return Urls(configured)
+    return Urls(str(request.base_url).rstrip("/"))
