@@ -11,14 +11,31 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import io
 import json
 import subprocess
 import tokenize
 from pathlib import Path
 
-AREAS = ("platform_api/patients.py", "platform_api/organizations.py", "platform_api/labs.py")
+# The areas built on the kit: a module, or a package of modules (the Patients area), whose
+# ``__init__`` and ``shared`` modules mount nothing of their own.
+AREAS = ("platform_api/patients.py", "platform_api/patients/*.py",
+         "platform_api/organizations.py", "platform_api/labs.py")
+NOT_AREAS = ("__init__.py", "shared.py")
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def area_files(rev: str | None) -> list[str]:
+    """The area modules in the working tree, or at ``rev``."""
+    if rev:
+        listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "platform_api"],
+                                cwd=ROOT, capture_output=True, text=True, check=True
+                                ).stdout.split()
+    else:
+        listed = [str(p.relative_to(ROOT)) for p in (ROOT / "platform_api").rglob("*.py")]
+    return sorted(f for f in listed if any(fnmatch.fnmatch(f, a) for a in AREAS)
+                  and Path(f).name not in NOT_AREAS)
 
 
 def code_lines(source: str) -> int:
@@ -89,7 +106,7 @@ def kit_operations() -> int:
     import importlib
 
     count = 0
-    for area in AREAS:
+    for area in area_files(None):
         module = importlib.import_module(area.removesuffix(".py").replace("/", "."))
         for route in module.router.routes:
             count += len([m for m in getattr(route, "methods", ()) if m != "HEAD"])
@@ -102,7 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     total_lines = handlers = 0
     sources = {}
-    for area in AREAS:
+    areas = area_files(args.rev)
+    for area in areas:
         if args.rev:
             source = subprocess.run(["git", "show", f"{args.rev}:{area}"], cwd=ROOT,
                                     capture_output=True, text=True, check=True).stdout
@@ -113,7 +131,7 @@ def main() -> None:
         handlers += route_lines(source)
     operations = (sum(decorated_routes(s) for s in sources.values()) if args.rev
                   else kit_operations())
-    print(json.dumps({"revision": args.rev or "working tree", "areas": len(AREAS),
+    print(json.dumps({"revision": args.rev or "working tree", "areas": len(areas),
                       "code_lines": total_lines, "operations": operations,
                       "lines_per_operation": round(total_lines / max(operations, 1), 1),
                       "route_handler_lines": handlers,

@@ -498,6 +498,19 @@ class FhirUnit:
             self._implied.append(staged)
         return staged
 
+    def expunge(self, resource_type: str, resource_id: str, *, history_only: bool = False
+                ) -> StagedWrite:
+        """Stage the erasure of stored versions for good (``UnitOfWork.expunge``): for
+        unrestricted callers only (platform administrators, the system), as rewriting the
+        past is no role's to do; whoever decides to erase checks its own rule first."""
+        self.service.check_type(resource_type)
+        if any(self.access.grants(a) is not None for a in (READ, DELETE)):
+            raise AccessDenied(f"{self.caller._who()} may not erase the history of "
+                               f"{resource_type}/{resource_id}")
+        if not history_only:
+            self._resources[(resource_type, resource_id)] = None
+        return self.uow.expunge(resource_type, resource_id, history_only=history_only)
+
     # -- the checks ----------------------------------------------------------------------
     def _check(self, action: str, resource: JSON, verb: str) -> None:
         if not self.caller.admitted(action, resource):

@@ -205,6 +205,21 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),
     **_smart_rules(),
+    # Patients area: what its workflows need beyond the spec's operations.
+    ("GET", "/api/eprescriptions"): Rule(
+        AUTHENTICATED, scope="eprescriptions:read", limit="read",
+        reason="A pharmacy's queue: the spec transmits e-prescriptions to pharmacies and "
+               "lets them dispense, but gives them no way to find what was sent to them."),
+    ("GET", "/api/eprescriptions/{}"): Rule(
+        AUTHENTICATED, scope="eprescriptions:read", limit="read",
+        reason="One e-prescription, for the pharmacy and the prescriber (see the queue)."),
+    ("POST", "/api/patients/{}/dsr/{}/approve"): Rule(
+        AUTHENTICATED, roles=PLATFORM_ADMINS, limit="write",
+        reason="An erasure request is reviewed by a platform administrator (the spec files "
+               "the request and lists it, but names no way to decide it)."),
+    ("POST", "/api/patients/{}/dsr/{}/reject"): Rule(
+        AUTHENTICATED, roles=PLATFORM_ADMINS, limit="write",
+        reason="The refusal of an erasure request, with its reason (see approve)."),
 }
 
 

@@ -124,7 +124,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return fhir_error_response(FhirError.of(exc.status, code, exc.message,
                                                     headers=exc.headers))
         return error_response(exc.status, exc.code, exc.message, field=exc.field,
-                              headers=exc.headers)
+                              headers=exc.headers, details=exc.details)
 
     @app.exception_handler(FhirError)
     async def fhir_error(request: Request, exc: FhirError) -> Response:

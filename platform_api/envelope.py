@@ -2,7 +2,8 @@
 
 Success: ``{"success": true, "data": ..., "meta": {"page", "limit", "total"}}`` (``meta``
 only on paginated lists). Failure: ``{"success": false, "error": {"code", "message"}}``
-plus ``field`` for validation errors.
+plus ``field`` for validation errors and ``details`` where a refusal has a list to show
+(e.g. the drug interactions that stopped a prescription being signed).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class ErrorBody(BaseModel):
     code: str
     message: str
     field: str | None = None
+    details: list[Any] | None = None
 
 
 class Envelope(BaseModel, Generic[T]):
@@ -58,10 +60,11 @@ class ApiError(Exception):
     """An /api refusal: rendered as the error envelope with this status and code."""
 
     def __init__(self, status: int, code: str, message: str, *, field: str | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, details: list[Any] | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
         self.headers = headers or {}
+        self.details = details
 
 
 def not_found(what: str) -> ApiError:
@@ -96,10 +99,13 @@ def created(data: Any, headers: dict[str, str] | None = None) -> JSONResponse:
 
 
 def error_response(status: int, code: str, message: str, *, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None, details: list[Any] | None = None
+                   ) -> JSONResponse:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
+    if details is not None:
+        error["details"] = details
     return JSONResponse({"success": False, "error": error}, status_code=status, headers=headers)
 
 

@@ -20,7 +20,11 @@ A :class:`Facade` declares, for one FHIR resource type:
   ``POST /{id}/cancel``, refused with 409 ``INVALID_TRANSITION`` when the table has no
   such move;
 - ``events``: the domain events its creates, updates, deletes and moves emit, in the same
-  unit of work as the write (the FHIR resource events come with every write anyway).
+  unit of work as the write (the FHIR resource events come with every write anyway);
+- ``alongside``: what a create, update or delete brings with it in the same unit of work
+  (a clinical record's note, the members of a vital-signs panel, a Provenance): called
+  with a :class:`Write` before the resource itself is staged, it stages those and returns
+  the resource to store (e.g. now pointing at them).
 
 ``facade.mount(router, prefix, ops=(...))`` mounts list / create / get / update / delete.
 A route that is not CRUD is a small function decorated with ``facade.route(...)``: it
@@ -48,6 +52,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Annotated, Any, Generic, TypeVar
 
 import orjson
@@ -55,6 +60,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from fhir_server.caller import CallerFhir, FhirUnit
+from fhir_server.ids import new_id
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.search.plan import MAX_OFFSET
 from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
@@ -136,12 +142,18 @@ class ItemContext(ApiContext, Generic[Body]):
         return str(self.resource["id"])
 
     async def save(self, resource: JSON, *, event: str | None = None,
-                   payload: JSON | None = None) -> JSON:
+                   payload: JSON | None = None,
+                   alongside: Callable[[FhirUnit, JSON], Awaitable[JSON]] | None = None
+                   ) -> JSON:
         """Store the changed resource (against the version loaded: a concurrent change is
-        a 412), with ``event`` in the same unit of work; the stored resource."""
+        a 412), with ``event`` in the same unit of work, after ``alongside(unit,
+        resource)`` staged what the change brings with it (it returns the resource to
+        store); the stored resource."""
         unit = self.unit()
         version = int(self.resource.get("meta", {}).get("versionId", "0")) or None
         async with unit:
+            if alongside is not None:
+                resource = await alongside(unit, resource)
             staged = await unit.update(resource, if_match=version)
             if event is not None:
                 unit.emit(event, payload or {}, source_service=_service_name(self.request))
@@ -261,7 +273,9 @@ def _filter_params(query: BaseModel | None, path: Mapping[str, str]
         target = next((m for m in info.metadata if isinstance(m, SearchParam)), None)
         if value is None or target is None:
             continue
-        text = value if isinstance(value, str) else str(getattr(value, "value", value))
+        text = value if isinstance(value, str) else (
+            value.isoformat() if isinstance(value, date) else  # datetime is a date too
+            str(getattr(value, "value", value)))
         params.append((target.name, target.template.format(text, **path)))
     return params
 
@@ -294,7 +308,8 @@ class StatusTable:
 @dataclass(frozen=True)
 class Unique:
     """What a create must not duplicate: the criteria (from the FHIR resource about to be
-    created) and the 409 code and message when a visible resource already matches."""
+    created; none: nothing to compare it by) and the 409 code and message when a visible
+    resource already matches."""
 
     criteria: Callable[[JSON], list[tuple[str, str]]]
     code: str
@@ -312,12 +327,35 @@ class Events:
     payload: Callable[[JSON], JSON] | None = None
 
 
+@dataclass
+class Write:
+    """A facade's write in progress, as ``alongside`` sees it: ``resource`` is what will be
+    stored (its id set; on delete, the current version), ``payload`` the /api payload
+    (None on delete), ``current`` the version it replaces (None on create)."""
+
+    ctx: ApiContext
+    unit: FhirUnit
+    resource: JSON
+    payload: JSON | None
+    current: JSON | None
+
+    @property
+    def change(self) -> str:
+        """created | updated | deleted"""
+        if self.payload is None:
+            return "deleted"
+        return "created" if self.current is None else "updated"
+
+
 ToFhir = Callable[[JSON, ApiContext, JSON | None], JSON]
 FromFhir = Callable[[JSON], JSON]
 Views = Callable[[ApiContext, list[JSON]], Awaitable[list[JSON]]]
 ItemHandler = Callable[[ItemContext[Any]], Awaitable[JSON]]
 Prepare = Callable[[ApiContext, JSON], Awaitable[JSON]]
-ListCriteria = Callable[[ApiContext, Any], list[tuple[str, str]]]
+# Criteria a list adds (may be a coroutine: e.g. it checks the patient named is visible).
+ListCriteria = Callable[[ApiContext, Any],
+                        list[tuple[str, str]] | Awaitable[list[tuple[str, str]]]]
+Alongside = Callable[[Write], Awaitable[JSON]]
 
 
 @dataclass
@@ -349,6 +387,8 @@ class Facade:
     # More FHIR types the facade spans (a schedulable resource is a Practitioner, a
     # Location or a Device): lists search them all at once, a get reads the id in each.
     also: Sequence[str] = ()
+    # Stages what a create, update or delete brings with it (see the module docstring).
+    alongside: Alongside | None = None
     tags: Sequence[str] = ()
     _router: APIRouter | None = None
     _prefix: str = ""
@@ -439,11 +479,18 @@ class Facade:
             resource = self.scope.stamp(resource, value)
         unit = ctx.unit()
         async with unit:
+            if self.alongside is not None:
+                resource = await self.alongside(Write(
+                    ctx, unit, {**resource, "id": resource.get("id") or new_id()}, payload,
+                    None))
             kind = resource.get("resourceType")
             staged = await unit.create(
-                resource, expected_type=kind if kind in self.types else self.resource,
+                resource, resource_id=resource.get("id"),
+                expected_type=kind if kind in self.types else self.resource,
                 ownerless=self.ownerless,
-                if_none_exist=self.unique.criteria(resource) if self.unique else None)
+                # no criteria: nothing to compare this resource by (e.g. an uncoded one)
+                if_none_exist=(self.unique.criteria(resource) or None) if self.unique
+                else None)
             if self.events.created:
                 unit.after_writes(lambda staging: None if staged.existing else staging.emit(
                     self.events.created or "", self._event_payload(staged_body(staged)),
@@ -463,15 +510,23 @@ class Facade:
         async def once() -> JSON:
             current = await self.load(ctx, resource_id)
             changed = self.to_fhir(payload, ctx, current)
+            alongside = self.alongside
+
+            async def along(unit: FhirUnit, resource: JSON) -> JSON:
+                assert alongside is not None
+                return await alongside(Write(ctx, unit, resource, payload, current))
             return await self._item(ctx, current, None).save(
                 changed, event=self.events.updated,
-                payload=self._event_payload({**changed, "id": resource_id}))
+                payload=self._event_payload({**changed, "id": resource_id}),
+                alongside=along if alongside is not None else None)
         return await _until_stable(once)
 
     async def delete_one(self, ctx: ApiContext, resource_id: str) -> None:
         current = await self.load(ctx, resource_id)
         unit = ctx.unit()
         async with unit:
+            if self.alongside is not None:
+                await self.alongside(Write(ctx, unit, current, None, current))
             await unit.delete(current["resourceType"], resource_id,
                               if_match=int(current.get("meta", {}).get("versionId", 0)) or None)
             if self.events.deleted:
@@ -503,7 +558,8 @@ class Facade:
                                  query: Any = None, **path: str) -> Any:
                 criteria = _filter_params(query, ctx.path)
                 if facade.list_criteria is not None:
-                    criteria += facade.list_criteria(ctx, query)
+                    extra = facade.list_criteria(ctx, query)
+                    criteria += await extra if inspect.isawaitable(extra) else extra
                 found, total = await facade.search(ctx, page, criteria)
                 return page.respond(await facade.render(ctx, found), total)
             _declare(list_route, scope, query=query_model)
@@ -645,16 +701,18 @@ def staged_body(staged: Any) -> JSON:
 
 def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]]) -> bool:
     """A loaded resource must match the facade's fixed criteria on the elements they name
-    (the common ``category`` and ``intent`` codes); others are checked by the lists'
-    searches only."""
+    (the common ``category``, ``code`` and ``intent`` codes, a comma meaning any of them);
+    others are checked by the lists' searches only."""
     for param, value in fixed:
-        code = value.rsplit("|", 1)[-1]
-        if param == "category":
-            codes = {c.get("code") for cat in resource.get("category") or []
-                     for c in (cat.get("coding") or [])}
-            if code not in codes:
+        wanted = {v.rsplit("|", 1)[-1] for v in value.split(",")}
+        if param in ("category", "code"):
+            concepts = resource.get(param) or []
+            concepts = concepts if isinstance(concepts, list) else [concepts]
+            codes = {c.get("code") for concept in concepts
+                     for c in (concept.get("coding") or [])}
+            if wanted.isdisjoint(codes):
                 return False
-        elif param in ("intent", "status") and resource.get(param) != code:
+        elif param in ("intent", "status") and resource.get(param) not in wanted:
             return False
         elif param == "_tag" and not _has_tag(resource, value):
             return False
@@ -707,6 +765,6 @@ def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
 
 __all__ = [
     "ApiContext", "Events", "Facade", "ItemContext", "OrganizationScope", "PatientScope",
-    "Scope", "SearchParam", "StatusTable", "Unique", "api_context", "require",
+    "Scope", "SearchParam", "StatusTable", "Unique", "Write", "api_context", "require",
     "require_member", "require_patient",
 ]

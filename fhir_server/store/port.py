@@ -10,6 +10,10 @@ atomic step on ``commit()``: version numbers, ``meta.lastUpdated`` and precondit
 checked and assigned inside that step, so two concurrent writers can never both win
 against the same version, and two identical conditional creates never both create.
 
+Erasure: ``UnitOfWork.expunge`` removes stored versions for good, the one write that
+rewrites the past (a data subject's right to erasure; HAPI FHIR calls it ``$expunge``).
+Every other write only adds versions.
+
 Searches arrive as a backend-neutral :class:`~fhir_server.search.plan.SearchPlan`; each
 adapter compiles it against its own index structures and answers a :class:`SearchPage`.
 """
@@ -168,7 +172,7 @@ class IndexRows:
 
 @dataclass(slots=True)
 class StagedWrite:
-    op: str  # create | update | delete
+    op: str  # create | update | delete | expunge | expunge-history (see UnitOfWork.expunge)
     resource_type: str
     id: str
     body: JSON | None = None
@@ -228,6 +232,18 @@ class UnitOfWork(Protocol):
 
     def delete(self, resource_type: str, id: str, *, if_match: int | None = None
                ) -> StagedWrite: ...
+
+    def expunge(self, resource_type: str, id: str, *, history_only: bool = False
+                ) -> StagedWrite:
+        """Erase stored versions of a resource for good, applied in order with the unit's
+        other writes. ``history_only``: every version before the current one (stage the
+        rewritten current version first: it is the one that stays); else every version,
+        the current one included, with its search-index rows, so the id reads as never
+        used (404) and no history, search or include can reach it. ``result`` is the
+        version that stays (a tombstone-like entry with the last version number when
+        nothing stays); ``unchanged`` when there was nothing to erase. No resource event
+        is emitted: the caller records the erasure itself (an AuditEvent)."""
+        ...
 
     def put_document(self, collection: str, id: str, body: JSON) -> None: ...
     def insert_document(self, collection: str, id: str, body: JSON) -> None: ...

@@ -704,6 +704,8 @@ class SQLiteStore:
 
     def _apply_write(self, conn: sqlite3.Connection, w: StagedWrite, instant: str,
                      index_rows: _PendingIndex) -> StoredResource:
+        if w.op.startswith("expunge"):
+            return self._expunge(conn, w, index_rows)
         if w.condition is not None:
             existing = self._resolve_condition(conn, w, index_rows)
             if existing is not None:
@@ -755,6 +757,29 @@ class SQLiteStore:
                 index_rows.add(rid, w.resource_type, w.id, w.index, tables)
         return StoredResource(w.resource_type, w.id, new.version, instant, new.deleted,
                               new.body, w.method)
+
+    def _expunge(self, conn: sqlite3.Connection, w: StagedWrite, index_rows: _PendingIndex
+                 ) -> StoredResource:
+        """``UnitOfWork.expunge``: the versions go from ``versions``; erasing the current
+        one too drops the ``resources`` row and (pending, like a delete's) its index rows."""
+        row = conn.execute("SELECT rid, version FROM resources WHERE type = ? AND id = ?",
+                           (w.resource_type, w.id)).fetchone()
+        if row is None:
+            w.unchanged = True
+            return StoredResource(w.resource_type, w.id, 0, now_instant(), True, b"", "DELETE")
+        rid, version = row
+        if w.op == "expunge-history":
+            erased = conn.execute("DELETE FROM versions WHERE type = ? AND id = ? AND "
+                                  "version < ?", (w.resource_type, w.id, version)).rowcount
+            w.unchanged = erased == 0
+            kept = self._current(conn, w.resource_type, w.id)
+            assert kept is not None
+            return kept
+        index_rows.remove(rid)
+        conn.execute("DELETE FROM resources WHERE rid = ?", (rid,))
+        conn.execute("DELETE FROM versions WHERE type = ? AND id = ?", (w.resource_type, w.id))
+        return StoredResource(w.resource_type, w.id, version, now_instant(), True, b"",
+                              "DELETE")
 
     @staticmethod
     def _insert_new(conn: sqlite3.Connection, w: StagedWrite, instant: str,

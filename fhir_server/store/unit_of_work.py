@@ -109,6 +109,11 @@ class StagedUnit(StagedRows):
         return self._stage(StagedWrite("delete", resource_type, id, None, if_match=if_match,
                                        method="DELETE"))
 
+    def expunge(self, resource_type: str, id: str, *, history_only: bool = False
+                ) -> StagedWrite:
+        return self._stage(StagedWrite("expunge-history" if history_only else "expunge",
+                                       resource_type, id, None, method="DELETE"))
+
     def _stage(self, write: StagedWrite) -> StagedWrite:
         self.writes.append(write)
         return write

@@ -305,3 +305,18 @@ async def test_match_ids_many_with_a_code_many_resources_share(store):
         expected = [await store.match_ids(p, limit=limit) for p in plans]
         assert await store.match_ids_many(plans, limit=limit) == expected
     assert len(expected[0]) == 25 and expected[1] == ["x"]
+
+
+async def test_an_expunged_resource_leaves_no_index_rows(store):
+    await put(store, patient("p1", "Odhiambo", "1988-04-12", mrn="KE-1"),
+              patient("p2", "Odhiambo", "1975-09-30"))
+    async with store.unit_of_work() as uow:
+        uow.expunge("Patient", "p1")
+        await uow.commit()
+    assert await ids(store, plan("Patient", family="odhiambo")) == ["p2"]
+    assert await store.match_ids(plan("Patient", identifier="KE-1"), 5) == []
+    assert await ids(store, plan("Patient", _content="odhiambo")) == ["p2"]
+    # A later write of the same id starts a new life at version 1.
+    await put(store, patient("p1", "Wanjiru", "1990-01-01"))
+    assert (await store.read("Patient", "p1")).version == 1
+    assert await ids(store, plan("Patient", family="wanjiru")) == ["p1"]

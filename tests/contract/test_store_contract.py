@@ -298,3 +298,43 @@ async def test_a_write_the_encoder_refuses_fails_its_own_unit_alone(store):
         await store.read("Patient", "poisoned")
     created = {e["payload"]["id"] for e in await store.pending_events()}
     assert created == {f"p{i}" for i in range(len(families))}  # the poisoned unit's went too
+async def test_expunging_history_keeps_only_the_current_version(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    await write(store, "update", "p1", patient("Mensah"))
+    async with store.unit_of_work() as uow:
+        # The rewritten current version and the erasure of what came before: one commit.
+        uow.update("Patient", "p1", patient("Erased", given="Anonymous"))
+        staged = uow.expunge("Patient", "p1", history_only=True)
+        await uow.commit()
+    assert staged.result.version == 3 and not staged.unchanged
+    history = await store.history("Patient", "p1")
+    assert [e.version for e in history.entries] == [3] and history.total == 1
+    for version in (1, 2):
+        with pytest.raises(ResourceNotFound):
+            await store.read("Patient", "p1", version)
+    current = orjson.loads((await store.read("Patient", "p1")).body)
+    assert current["name"][0]["family"] == "Erased"
+    async with store.unit_of_work() as uow:
+        again = uow.expunge("Patient", "p1", history_only=True)
+        await uow.commit()
+    assert again.unchanged  # nothing left to erase
+
+
+async def test_expunging_a_resource_erases_every_version_as_if_never_written(store):
+    await write(store, "create", "p1", patient("Odhiambo"))
+    await write(store, "update", "p1", patient("Mensah"))
+    await write(store, "create", "p2", patient("Okafor"))
+    async with store.unit_of_work() as uow:
+        staged = uow.expunge("Patient", "p1")
+        await uow.commit()
+    assert staged.result.version == 2 and staged.result.deleted
+    assert await store.read_current("Patient", "p1") is None
+    with pytest.raises(ResourceNotFound):
+        await store.read("Patient", "p1", 1)
+    assert (await store.history("Patient", "p1")).total == 0
+    assert [e.id for e in (await store.history("Patient", None)).entries] == ["p2"]
+    assert (await store.read("Patient", "p2")).version == 1  # nothing else touched
+    async with store.unit_of_work() as uow:
+        unknown = uow.expunge("Patient", "never-written")
+        await uow.commit()
+    assert unknown.unchanged

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import orjson
 from asgi_lifespan import LifespanManager
 from fastapi import APIRouter
 
@@ -139,3 +140,13 @@ async def test_a_page_number_beyond_any_list_is_422_naming_page(client):
             response = await client.get(f"{path}?page={page}", headers=clinic["headers"])
             assert response.status_code == 422, (path, response.text)
             assert response.json()["error"]["field"] == "page"
+def test_an_error_may_carry_details_and_otherwise_does_not():
+    from platform_api.envelope import error_response
+
+    finding = {"severity": "high", "description": "Increased risk of bleeding",
+               "drugs": ["Warfarin", "Aspirin"], "recommendation": "Monitor INR"}
+    listed = orjson.loads(error_response(409, "DRUG_INTERACTION", "Interaction found",
+                                         details=[finding]).body)
+    assert listed["error"]["details"] == [finding]
+    plain = orjson.loads(error_response(404, "NOT_FOUND", "Patient not found").body)
+    assert "details" not in plain["error"]

@@ -4,6 +4,7 @@ writes go through the access policy, refused moves are 409 INVALID_TRANSITION.""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import httpx
@@ -22,6 +23,9 @@ from platform_api.facade import (
     OrganizationScope,
     SearchParam,
     StatusTable,
+    Unique,
+    Write,
+    _fixed_hold,
 )
 from platform_api.policy.roles import ORG_BILLING, ORG_NURSE
 from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
@@ -76,6 +80,52 @@ async def rename(ctx: ItemContext[RoomCreate]) -> dict[str, Any]:
     return await ctx.save({**ctx.resource, "name": ctx.body.name})
 
 
+# -- a facade whose writes bring a companion along, with a unique rule that may not apply,
+# async list criteria and a date filter ----------------------------------------------------
+changes: list[str] = []
+
+
+class WardQuery(BaseModel):
+    since: Annotated[datetime | None, SearchParam("_lastUpdated", "ge{}")] = None
+    name: str | None = None
+
+
+async def cleaning_service(write: Write) -> dict:
+    """Each ward has its cleaning service (a HealthcareService at the ward), written,
+    renamed and deleted with it in the same unit of work."""
+    changes.append(write.change)
+    service_id = f"cleaning-{write.resource['id']}"
+    if write.change == "deleted":
+        await write.unit.delete("HealthcareService", service_id)
+        return write.resource
+    service = {"resourceType": "HealthcareService", "id": service_id,
+               "name": f"Cleaning of {write.resource['name']}",
+               "location": [{"reference": f"Location/{write.resource['id']}"}]}
+    await write.unit.update(service)
+    return {**write.resource, "alias": ["cleaned daily"]}
+
+
+async def named(ctx: ApiContext, query: WardQuery | None) -> list[tuple[str, str]]:
+    if query is not None and query.name == "forbidden":
+        raise ApiError(403, "FORBIDDEN", "not that one")
+    return [("name", query.name)] if query is not None and query.name else []
+
+
+def same_floor_name(location: dict) -> list[tuple[str, str]]:
+    # Only a ward with a floor can clash; an unplaced one has nothing to compare.
+    return [("name:exact", location["name"])] if location.get("description", "").startswith(
+        "Floor") else []
+
+
+wards = Facade(resource="Location", name="Ward", create=RoomCreate, view=RoomView,
+               query=WardQuery, to_fhir=room_to_fhir, from_fhir=room_from_fhir,
+               scope=OrganizationScope(), alongside=cleaning_service, list_criteria=named,
+               unique=Unique(same_floor_name, "WARD_EXISTS", "Such a ward exists"),
+               tags=["test wards"])
+ward_router = APIRouter()
+wards.mount(ward_router, "/api/test-orgs/{org_id}/wards")
+
+
 ASSET_TAG = "urn:healthplatform:test-asset"
 
 
@@ -120,6 +170,7 @@ async def labelled(ctx: ItemContext[Any]) -> dict[str, Any]:
 async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
     app.include_router(router)
+    app.include_router(ward_router)
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
@@ -308,6 +359,69 @@ async def test_a_fault_of_the_view_itself_is_not_hidden():
     sound_but_unnamed = {"resourceType": "Location", "id": "l1", "status": "active"}
     with pytest.raises(KeyError):  # room_from_fhir needs a name the resource may lack
         await rooms.render(None, [sound_but_unnamed])  # type: ignore[arg-type]
+async def test_alongside_stages_companions_with_every_write(kit):
+    app, client = kit
+    changes.clear()
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    ward = (await client.post(base, json={"name": "Ward F"}, headers=h)).json()["data"]
+    fhir = (await client.get(f"/fhir/Location/{ward['id']}", headers=h)).json()
+    assert fhir["alias"] == ["cleaned daily"]  # the resource as alongside returned it
+    service = (await client.get(f"/fhir/HealthcareService/cleaning-{ward['id']}", headers=h)
+               ).json()
+    assert service["name"] == "Cleaning of Ward F"
+    await client.put(f"{base}/{ward['id']}", json={"name": "Ward Foxtrot"}, headers=h)
+    service = (await client.get(f"/fhir/HealthcareService/cleaning-{ward['id']}", headers=h)
+               ).json()
+    assert service["name"] == "Cleaning of Ward Foxtrot"
+    await client.delete(f"{base}/{ward['id']}", headers=h)
+    gone = await client.get(f"/fhir/HealthcareService/cleaning-{ward['id']}", headers=h)
+    assert gone.status_code == 410
+    assert changes == ["created", "updated", "deleted"]
+    # A companion the caller may not write fails the whole write.
+    nurse = await register_and_login(client, first_name="Achieng", last_name="Otieno")
+    await add_member(app, admin["org_id"], nurse, ORG_NURSE)
+    refused = await client.post(base, json={"name": "Ward G"}, headers=nurse["headers"])
+    assert refused.status_code == 403
+    assert (await client.get(base, headers=h)).json()["meta"]["total"] == 0
+
+
+async def test_unique_without_criteria_compares_nothing(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    for _ in range(2):  # no floor: nothing to compare by
+        assert (await client.post(base, json={"name": "Annex"}, headers=h)).status_code == 201
+    assert (await client.post(base, json={"name": "Maternity", "floor": "1"}, headers=h)
+            ).status_code == 201
+    clash = await client.post(base, json={"name": "Maternity", "floor": "1"}, headers=h)
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "WARD_EXISTS"
+
+
+async def test_list_criteria_may_be_async_and_date_filters_are_iso_8601(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    await client.post(base, json={"name": "Paediatrics"}, headers=h)
+    await client.post(base, json={"name": "Theatre"}, headers=h)
+    named_list = (await client.get(f"{base}?name=paed", headers=h)).json()
+    assert [w["name"] for w in named_list["data"]] == ["Paediatrics"]
+    refused = await client.get(f"{base}?name=forbidden", headers=h)
+    assert refused.status_code == 403
+    recent = (await client.get(f"{base}?since=2000-01-01T00:00:00Z", headers=h)).json()
+    assert recent["meta"]["total"] == 2
+    future = (await client.get(f"{base}?since=2999-01-01T00:00:00%2B03:00", headers=h)).json()
+    assert future["meta"]["total"] == 0
+
+
+def test_fixed_criteria_hold_on_categories_codes_and_statuses():
+    panel = {"code": {"coding": [{"system": "http://loinc.org", "code": "85353-1"}]},
+             "category": [{"coding": [{"code": "vital-signs"}]}], "status": "final"}
+    assert _fixed_hold(panel, [("code", "http://loinc.org|85353-1")])
+    assert not _fixed_hold(panel, [("code", "http://loinc.org|8867-4")])
+    assert _fixed_hold(panel, [("category", "laboratory,vital-signs"),
+                               ("status", "final,amended")])
+    assert not _fixed_hold(panel, [("status", "preliminary")])
 
 
 async def test_a_facade_spans_several_types_narrowed_by_a_tag(kit):
