@@ -235,6 +235,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.open()
         store.add_outbox_listener(bus.wake)
+        organizations.start(services)
         await auth.start()
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled

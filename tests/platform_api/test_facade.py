@@ -70,6 +70,17 @@ rooms.mount(router, "/api/test-orgs/{org_id}/rooms")
 rooms.action("close", to="inactive", summary="Close a room", event="platform.test.room_closed")
 
 
+class RoomStatusChange(BaseModel):
+    status: RoomStatus
+    reason: str | None = None
+
+
+rooms.status_route(body=RoomStatusChange, summary="Change a room's status",
+                   event="platform.test.room_status_changed",
+                   change=lambda room, ctx: {**room, "description": ctx.body.reason}
+                   if ctx.body.reason else room)
+
+
 @rooms.route("POST", "/{resource_id}/rename", body=RoomCreate, summary="Rename a room")
 async def rename(ctx: ItemContext[RoomCreate]) -> dict[str, Any]:
     assert ctx.body is not None
@@ -175,6 +186,29 @@ async def test_status_actions_follow_the_table_and_emit_their_event(kit):
     assert again.json()["error"]["code"] == "INVALID_TRANSITION"
     await app.state.services.bus.drain()
     assert [e["payload"]["id"] for e in closed_events] == [room["id"]]
+
+
+async def test_status_routes_move_to_the_bodys_status_through_the_table(kit):
+    app, client = kit
+    moved_events = recorded(app, "platform.test.room_status_changed")
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/rooms"
+    room = (await client.post(base, json={"name": "Ward D"}, headers=h)).json()["data"]
+    moved = await client.put(f"{base}/{room['id']}/status",
+                             json={"status": "suspended", "reason": "Floor 3"}, headers=h)
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["data"]["status"] == "suspended"
+    assert moved.json()["data"]["floor"] == "3"  # the change hook ran before the save
+    await client.put(f"{base}/{room['id']}/status", json={"status": "inactive"}, headers=h)
+    refused = await client.put(f"{base}/{room['id']}/status", json={"status": "active"},
+                               headers=h)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "INVALID_TRANSITION"
+    unknown = await client.put(f"{base}/{room['id']}/status", json={"status": "burnt"},
+                               headers=h)
+    assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "status"
+    await app.state.services.bus.drain()
+    assert [e["payload"]["status"] for e in moved_events] == ["suspended", "inactive"]
 
 
 async def test_custom_item_routes_get_the_loaded_resource_and_save_through_the_policy(kit):
