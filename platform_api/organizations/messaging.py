@@ -46,7 +46,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, model_validator
 
-from fhir_server.access import SYSTEM
+from fhir_server.access import SYSTEM, AccessDenied
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.envelope import (
@@ -312,7 +312,10 @@ async def start_conversation(org_id: str, body: ConversationCreate,
 async def participating(ctx: ApiContext, conversation_id: str) -> JSON:
     """The conversation, when the caller takes part in it (404 otherwise: its existence
     is not theirs to know)."""
-    conversation = await conversations.load(ctx, conversation_id)
+    try:
+        conversation = await conversations.load(ctx, conversation_id)
+    except AccessDenied:  # a patient asking about another patient's conversation
+        raise not_found("Conversation") from None
     if not ctx.access.subject.unrestricted and not takes_part(ctx, conversation):
         raise not_found("Conversation")
     return conversation
