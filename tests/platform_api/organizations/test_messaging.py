@@ -117,21 +117,17 @@ async def test_conversations_are_refused_to_the_wrong_people_and_participants(cl
 
 
 # -- live messages over a real connection ----------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def served(clinic: Clinic) -> AsyncIterator[httpx.AsyncClient]:
-    """The app (already started) served by uvicorn on a local port, and an HTTP client
-    talking to it over TCP."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(clinic.app, host="127.0.0.1", port=port,
-                                           lifespan="off", log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve())
+    """The app (already started, on this test's event loop) served by uvicorn on a local
+    port, and an HTTP client talking to it over TCP. The socket is bound first, so the
+    port cannot be taken between choosing it and listening."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(clinic.app, lifespan="off", log_config=None,
+                                           access_log=False, timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):  # uvicorn signals nothing but this flag
         if server.started:
             break
@@ -142,6 +138,7 @@ async def served(clinic: Clinic) -> AsyncIterator[httpx.AsyncClient]:
     finally:
         server.should_exit = True
         await task
+        sock.close()
 
 
 async def next_event(events: Any, kind: str) -> Any:
