@@ -230,6 +230,54 @@ async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
     return patient
 
 
+# -- one page of a list ------------------------------------------------------------------------
+@dataclass
+class FoundPage:
+    resources: list[JSON]
+    total: int
+    included: list[JSON] = field(default_factory=list)
+
+
+async def search_page(fhir: CallerFhir, resource_type: str, params: Sequence[tuple[str, str]],
+                      page: Pagination) -> FoundPage:
+    """One page of a list as ONE FHIR search over what ``fhir``'s caller may see:
+    ``_count``/``_offset`` from the page, the exact total, and what the search's
+    ``_include``/``_revinclude`` brought (for the page's views)."""
+    if page.offset + page.limit > MAX_OFFSET:
+        raise ApiError(422, "VALIDATION_ERROR", f"page is too deep: at most "
+                       f"{MAX_OFFSET} items can be paged through; narrow the list",
+                       field="page")
+    plan = await fhir.parse([resource_type], params, strict=True)
+    plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
+    result = await fhir.search_page(plan)
+    return FoundPage([orjson.loads(s.body) for s in result.resources], result.total or 0,
+                     [orjson.loads(s.body) for s in result.included])
+
+
+# -- creates that must be the first of their kind ----------------------------------------------
+class Duplicate(Exception):
+    """A create staged with :func:`create_unique` found a match: its unit of work fails."""
+
+
+async def create_unique(unit: FhirUnit, resource: JSON, criteria: Sequence[tuple[str, str]],
+                        **options: Any) -> Any:
+    """Stage ``resource`` created only when the caller sees nothing matching ``criteria``
+    (a conditional create, re-checked inside the commit); when something matches, the
+    whole unit of work fails (its other writes depend on this one), and its commit raises
+    a ``StoreError`` for which :func:`is_duplicate` is true."""
+    staged = await unit.create(resource, if_none_exist=list(criteria), **options)
+
+    def refuse_a_second(_staging: Any) -> None:
+        if staged.existing:
+            raise Duplicate(f"a {resource.get('resourceType')} matching {criteria} exists")
+    unit.after_writes(refuse_a_second)
+    return staged
+
+
+def is_duplicate(error: BaseException) -> bool:
+    return isinstance(error.__cause__, Duplicate)
+
+
 # -- search parameters of list filters ---------------------------------------------------------
 @dataclass(frozen=True)
 class SearchParam:
@@ -377,17 +425,11 @@ class Facade:
         """One page of the caller's resources (scope, fixed criteria, ``extra``), with the
         exact total of what the caller may see."""
         await self.enter(ctx)
-        if page.offset + page.limit > MAX_OFFSET:
-            raise ApiError(422, "VALIDATION_ERROR", f"page is too deep: at most "
-                           f"{MAX_OFFSET} items can be paged through; narrow the list",
-                           field="page")
         value = self._scope_value(ctx)
         params = [*(self.scope.criteria(value) if self.scope and value else []),
                   *self.fixed, *extra, ("_sort", self.sort)]
-        plan = await ctx.fhir.parse([self.resource], params, strict=True)
-        plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
-        result = await ctx.fhir.search_page(plan)
-        return [orjson.loads(s.body) for s in result.resources], result.total or 0
+        found = await search_page(ctx.fhir, self.resource, params, page)
+        return found.resources, found.total
 
     async def create_from(self, ctx: ApiContext, payload: JSON) -> JSON:
         """Map, stage, emit and commit a create in the request's unit of work; the stored
@@ -663,7 +705,8 @@ def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
 
 
 __all__ = [
-    "ApiContext", "Events", "Facade", "ItemContext", "OrganizationScope", "PatientScope",
+    "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
+    "OrganizationScope", "PatientScope", "create_unique", "is_duplicate", "search_page",
     "Scope", "SearchParam", "StatusTable", "Unique", "api_context", "require",
     "require_member", "require_patient", "staged_body", "until_stable",
 ]

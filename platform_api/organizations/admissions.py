@@ -56,6 +56,8 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
     api_context,
+    create_unique,
+    is_duplicate,
     require_patient,
     staged_body,
     until_stable,
@@ -209,10 +211,6 @@ async def _bed(ctx: ApiContext, bed_id: str | None) -> tuple[JSON, int] | None:
     return orjson.loads(stored.body), stored.version
 
 
-class AlreadyAdmitted(Exception):
-    pass
-
-
 async def _commit(ctx: ApiContext, encounter: JSON, version: int | None,
                   beds: list[tuple[JSON, int, str]], event: str, payload: JSON) -> JSON:
     """Write the Encounter as the caller (a create when ``version`` is None: refused when
@@ -222,15 +220,11 @@ async def _commit(ctx: ApiContext, encounter: JSON, version: int | None,
     async with unit:
         if version is None:
             org_id = ctx.path["org_id"]
-            staged = await unit.create(encounter, expected_type="Encounter", if_none_exist=[
+            staged = await create_unique(unit, encounter, [
                 ("class", f"{ACT_CODE}|IMP"), ("status", "in-progress"),
                 ("subject", encounter["subject"]["reference"]),
-                ("_security", f"urn:healthplatform:organization|{org_id}")])
-
-            def refuse_second_admission(_staging: Any) -> None:
-                if staged.existing:
-                    raise AlreadyAdmitted()
-            unit.after_writes(refuse_second_admission)
+                ("_security", f"urn:healthplatform:organization|{org_id}")],
+                expected_type="Encounter")
         else:
             staged = await unit.update(encounter, if_match=version)
         platform = unit.acting_as(SYSTEM)
@@ -242,7 +236,7 @@ async def _commit(ctx: ApiContext, encounter: JSON, version: int | None,
         try:
             await unit.commit()
         except StoreError as exc:
-            if isinstance(exc.__cause__, AlreadyAdmitted):
+            if is_duplicate(exc):
                 raise conflict("ALREADY_ADMITTED", "This patient is already admitted in "
                                "this organization: transfer or discharge them") from None
             raise
