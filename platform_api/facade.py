@@ -706,7 +706,7 @@ def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
 
 __all__ = [
     "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
-    "OrganizationScope", "PatientScope", "create_unique", "is_duplicate", "search_page",
-    "Scope", "SearchParam", "StatusTable", "Unique", "api_context", "require",
-    "require_member", "require_patient", "staged_body", "until_stable",
+    "OrganizationScope", "PatientScope", "Scope", "SearchParam", "StatusTable", "Unique",
+    "api_context", "create_unique", "is_duplicate", "require", "require_member",
+    "require_patient", "search_page", "staged_body", "until_stable",
 ]
