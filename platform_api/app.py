@@ -27,7 +27,16 @@ from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
+from platform_api import (
+    admin,
+    dead_letters,
+    developer_keys,
+    doctors,
+    health,
+    labs,
+    organizations,
+    patients,
+)
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
@@ -236,6 +245,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await store.open()
         store.add_outbox_listener(bus.wake)
         organizations.start(services)
+        doctors.start(services)
         await auth.start()
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
@@ -272,6 +282,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth_router)
     app.include_router(patients.router)
     app.include_router(organizations.router)
+    app.include_router(doctors.router)
     app.include_router(developer_keys.router)
     app.include_router(admin.router)
     app.include_router(labs.router)

@@ -430,7 +430,8 @@ def _common(practitioner: JSON, roles: Sequence[JSON], organizations: dict[str, 
     name = _name(practitioner)
     title = (name.get("prefix") or [None])[0]
     first, last = (name.get("given") or [None])[0], name.get("family")
-    address = next((a for a in practitioner.get("address", []) if a.get("use") == "work"), {})
+    address: JSON = next((a for a in practitioner.get("address", [])
+                          if a.get("use") == "work"), {})
     return {
         "id": practitioner["id"], "title": title, "first_name": first, "last_name": last,
         "display_name": " ".join(p for p in (title, first, last) if p) or practitioner["id"],
@@ -473,10 +474,8 @@ def doctor_view(practitioner: JSON, roles: Sequence[JSON], organizations: dict[s
     number, authority = license_of(practitioner)
     reason = next((e.get("valueString") for e in (result or {}).get("extension", [])
                    if e.get("url") == REASON), None)
-    user = next((i.get("value") for i in practitioner.get("identifier", [])
-                 if i.get("system") == USER_SYSTEM), None)
     return DoctorView.model_validate({
-        **_common(practitioner, roles, organizations), "user_id": user,
+        **_common(practitioner, roles, organizations), "user_id": user_of(practitioner),
         "phone": telecom.get("phone"), "email": telecom.get("email"),
         "license_number": number, "license_authority": authority,
         "published": published(practitioner),
@@ -493,12 +492,23 @@ async def render(fhir: CallerFhir, practitioners: Sequence[JSON], *, public: boo
     ``_include:iterate`` the roles' organizations), read with ``fhir``'s access."""
     if not practitioners:
         return []
-    params = [("_id", ",".join(p["id"] for p in practitioners)),
-              ("_revinclude", "PractitionerRole:practitioner"),
-              ("_include:iterate", "PractitionerRole:organization")]
+    params = [("_id", ",".join(p["id"] for p in practitioners)), *VIEW_INCLUDES]
     if not public:
         params.append(("_revinclude", "VerificationResult:target"))
-    found = await fhir.search("Practitioner", params, included=True)
+    return assemble(practitioners, await fhir.search("Practitioner", params, included=True),
+                    public=public)
+
+
+# What a search of Practitioners adds for their views: their roles and the roles'
+# organizations (a list search carries these, so its page needs no second search).
+VIEW_INCLUDES = (("_revinclude", "PractitionerRole:practitioner"),
+                 ("_include:iterate", "PractitionerRole:organization"))
+
+
+def assemble(practitioners: Sequence[JSON], found: Sequence[JSON], *, public: bool
+             ) -> list[JSON]:
+    """Views of ``practitioners`` from the roles, organizations and verification results
+    among ``found``."""
     roles: dict[str, list[JSON]] = {}
     results: dict[str, JSON] = {}
     organizations = {r["id"]: r for r in found if r["resourceType"] == "Organization"}
