@@ -30,7 +30,9 @@ Imaging study (/api → ImagingStudy):
     ``urn:oid:<uid>``; a 2.25 UUID-derived UID when absent); started_at → started;
     service_request_id → basedOn; number_of_series / number_of_instances → the counts;
     notes → note. Status moves (``PUT …/status``): registered → available | cancelled |
-    entered-in-error; available → entered-in-error.
+    entered-in-error; available → entered-in-error. (Its list has no modality filter:
+    R4's ``modality`` search parameter reads the series' modality, which a study
+    registered before its images arrive does not have yet.)
 
 Lists are one search over what the caller may see (their organizations' records, the
 patients who consented, their own record), filtered by patient, status, category,
@@ -467,7 +469,6 @@ class ImagingStudyQuery(BaseModel):
         None, max_length=64)
     status: Annotated[Literal["registered", "available", "cancelled", "entered-in-error"]
                       | None, SearchParam("status")] = None
-    modality: Annotated[Modality | None, SearchParam("modality", DICOM + "|{}")] = None
     service_request_id: Annotated[str | None, SearchParam(
         "basedon", "ServiceRequest/{}")] = Field(None, max_length=64)
 

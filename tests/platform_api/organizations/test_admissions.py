@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 
 @pytest.fixture

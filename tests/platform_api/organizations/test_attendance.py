@@ -8,7 +8,7 @@ from typing import Any
 
 from platform_api.policy.roles import ORG_NURSE
 from tests.conftest import add_member
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 
 async def clock(clinic: Clinic, who: str, action: str, org_id: str | None = None) -> Any:

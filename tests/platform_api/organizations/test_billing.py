@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 LINES = [{"description": "Outpatient consultation", "code": "11429006",
           "system": "http://snomed.info/sct", "unit_price": "1500.00"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 FHIR = {"Content-Type": "application/fhir+json"}
 

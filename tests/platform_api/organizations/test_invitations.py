@@ -16,7 +16,7 @@ from aiosmtpd.controller import Controller
 from platform_api.mailer import SmtpConfig
 from platform_api.settings import Settings
 from tests.conftest import make_settings, register_and_login
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 from tests.platform_api.test_auth_email import Inbox, free_port
 
 WEB_APP = "https://app.kliniki.example"

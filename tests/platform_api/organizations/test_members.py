@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 
 def recorded(clinic: Clinic, topic: str) -> list[dict[str, Any]]:

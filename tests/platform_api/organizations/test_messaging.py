@@ -16,7 +16,7 @@ import uvicorn
 from httpx_sse import aconnect_sse
 
 from tests.conftest import register_and_login
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 FHIR = {"Content-Type": "application/fhir+json"}
 

@@ -3,7 +3,7 @@ operational status)."""
 
 from __future__ import annotations
 
-from tests.platform_api.organizations.conftest import Clinic, refusal
+from tests.platform_api.clinic import Clinic, refusal
 
 
 def rooms_url(clinic: Clinic) -> str:
