@@ -12,8 +12,11 @@ from asgi_lifespan import LifespanManager
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from fhir_server.access import SYSTEM
+from fhir_server.caller import CallerFhir
+from fhir_server.store import StoreError
 from platform_api.app import create_app
-from platform_api.envelope import ApiError
+from platform_api.envelope import ApiError, Pagination
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -22,6 +25,9 @@ from platform_api.facade import (
     OrganizationScope,
     SearchParam,
     StatusTable,
+    create_unique,
+    is_duplicate,
+    search_page,
 )
 from platform_api.policy.roles import ORG_BILLING, ORG_NURSE
 from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
@@ -274,3 +280,40 @@ def test_status_table_allows_listed_moves_only():
     with pytest.raises(ApiError):
         orders.check("active", "draft")
     assert orders.move({"status": "draft"}, "active") == {"status": "active"}
+
+
+async def test_search_page_is_one_page_with_its_includes_and_the_exact_total(kit):
+    app, client = kit
+    admin = await make_clinic_admin(client)
+    base = f"/api/test-orgs/{admin['org_id']}/rooms"
+    for name in ("Ward A", "Ward B", "Ward C"):
+        await client.post(base, json={"name": name}, headers=admin["headers"])
+    fhir = CallerFhir(app.state.services.fhir, SYSTEM)
+    found = await search_page(fhir, "Location", [
+        ("_sort", "name"), ("_include", "Location:organization")], Pagination(2, 2))
+    assert [r["name"] for r in found.resources] == ["Ward C"] and found.total == 3
+    assert found.included == []  # no managingOrganization on these
+    with pytest.raises(ApiError) as deep:
+        await search_page(fhir, "Location", [], Pagination(1000, 100))
+    assert deep.value.field == "page"
+
+
+async def test_create_unique_fails_the_whole_unit_when_a_match_exists(kit):
+    app, _client = kit
+    fhir = CallerFhir(app.state.services.fhir, SYSTEM)
+    device = {"resourceType": "Device", "identifier": [{"system": "urn:test:asset",
+                                                         "value": "ECG-7"}]}
+    criteria = [("identifier", "urn:test:asset|ECG-7")]
+    unit = fhir.unit()
+    async with unit:
+        first = await create_unique(unit, device, criteria)
+        await unit.commit()
+    assert first.created
+    unit = fhir.unit()
+    with pytest.raises(StoreError) as refused:
+        async with unit:
+            await create_unique(unit, device, criteria)
+            note = await unit.create({"resourceType": "Basic", "code": {"text": "depends"}})
+            await unit.commit()
+    assert is_duplicate(refused.value)
+    assert await app.state.services.fhir.find_json("Basic", note.id) is None  # rolled back
