@@ -230,6 +230,13 @@ async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
     return patient
 
 
+async def visible_patient(ctx: ApiContext, payload: JSON) -> JSON:
+    """A facade's ``prepare``: a create whose ``patient_id`` the caller may not see is
+    refused (404 unknown, 403 not theirs to see) before anything is mapped."""
+    await require_patient(ctx, payload["patient_id"])
+    return payload
+
+
 # -- one page of a list ------------------------------------------------------------------------
 @dataclass
 class FoundPage:
@@ -706,7 +713,8 @@ def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
 
 __all__ = [
     "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
-    "OrganizationScope", "PatientScope", "Scope", "SearchParam", "StatusTable", "Unique",
-    "api_context", "create_unique", "is_duplicate", "require", "require_member",
-    "require_patient", "search_page", "staged_body", "until_stable",
+    "ListCriteria", "OrganizationScope", "PatientScope", "Scope", "SearchParam",
+    "StatusTable", "Unique", "api_context", "create_unique", "is_duplicate", "require",
+    "require_member", "require_patient", "search_page", "staged_body", "until_stable",
+    "visible_patient",
 ]

@@ -47,7 +47,7 @@ Events: ``platform.doctors.service_request_created`` / ``…_status_changed``,
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -63,9 +63,11 @@ from platform_api.facade import (
     Events,
     Facade,
     ItemContext,
+    ListCriteria,
     SearchParam,
     StatusTable,
     require_patient,
+    visible_patient,
 )
 from platform_api.fhir_values import (
     coding,
@@ -185,11 +187,17 @@ class Mine(BaseModel):
     mine: bool = Field(False, description="Only what the caller ordered or requested")
 
 
-def _mine(param: str) -> Any:
+def _list_filters(person: str, category_system: str,
+                  categories: Mapping[str, tuple[str, str]]) -> ListCriteria:
+    """List criteria from a query's ``mine`` (the caller's user identifier on the
+    ``person`` reference) and ``category`` (its code in ``category_system``)."""
     def criteria(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
-        if query is not None and getattr(query, "mine", False):
-            return [(f"{param}:identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}")]
-        return []
+        found = []
+        if getattr(query, "mine", False):
+            found.append((f"{person}:identifier", f"{USER_SYSTEM}|{ctx.principal.user_id}"))
+        if (category := getattr(query, "category", None)) is not None:
+            found.append(("category", f"{category_system}|{categories[category][0]}"))
+        return found
     return criteria
 
 
@@ -291,24 +299,12 @@ def service_request_view(request: JSON) -> JSON:
         "updated_at": (request.get("meta") or {}).get("lastUpdated")}).model_dump()
 
 
-async def _visible_patient(ctx: ApiContext, payload: JSON) -> JSON:
-    await require_patient(ctx, payload["patient_id"])
-    return payload
-
-
-def _service_request_criteria(ctx: ApiContext, query: ServiceRequestQuery | None
-                              ) -> list[tuple[str, str]]:
-    criteria = _mine("requester")(ctx, query)
-    if query is not None and query.category is not None:
-        criteria.append(("category", f"{SNOMED}|{SERVICE_CATEGORIES[query.category][0]}"))
-    return criteria
-
-
 service_requests = Facade(
     resource="ServiceRequest", name="Service request", create=ServiceRequestCreate,
     view=ServiceRequestView, query=ServiceRequestQuery, to_fhir=service_request_to_fhir,
     from_fhir=service_request_view, statuses=SERVICE_REQUEST_STATUS,
-    prepare=_visible_patient, list_criteria=_service_request_criteria, sort="-authored",
+    prepare=visible_patient, sort="-authored",
+    list_criteria=_list_filters("requester", SNOMED, SERVICE_CATEGORIES),
     events=Events(created="platform.doctors.service_request_created"), tags=["doctors"],
     summaries={"list": "Service requests the caller may see (patient, status, category, "
                        "mine)",
@@ -416,19 +412,11 @@ async def _checked_report(ctx: ApiContext, payload: JSON) -> JSON:
     return payload
 
 
-def _report_criteria(ctx: ApiContext, query: DiagnosticReportQuery | None
-                     ) -> list[tuple[str, str]]:
-    criteria = _mine("performer")(ctx, query)
-    if query is not None and query.category is not None:
-        criteria.append(("category", f"{V2_0074}|{REPORT_CATEGORIES[query.category][0]}"))
-    return criteria
-
-
 diagnostic_reports = Facade(
     resource="DiagnosticReport", name="Diagnostic report", create=DiagnosticReportCreate,
     view=DiagnosticReportView, query=DiagnosticReportQuery, to_fhir=report_to_fhir,
     from_fhir=report_view, statuses=REPORT_STATUS, prepare=_checked_report,
-    list_criteria=_report_criteria, sort="-date",
+    list_criteria=_list_filters("performer", V2_0074, REPORT_CATEGORIES), sort="-date",
     events=Events(created="platform.doctors.diagnostic_report_created"), tags=["doctors"],
     summaries={"list": "Diagnostic reports the caller may see",
                "create": "Write a diagnostic report (its results, orders and images)"},

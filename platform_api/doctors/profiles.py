@@ -340,8 +340,7 @@ async def link_organization(doctor_id: str, body: LinkRequest,
     member = await find_member(ctx, org_id, user_id) if user_id else None
 
     async def stage(unit: FhirUnit) -> JSON:
-        await stage_org_role(unit.acting_as(SYSTEM), doctor_id,
-                             org_id, _unique(specialties))
+        await stage_org_role(unit.acting_as(SYSTEM), doctor_id, org_id, _unique(specialties))
         if user_id is not None and member is None:
             account = await ctx.services.store.get_document(USERS, user_id)
             stage_addition(unit, member_document(org_id, user_id, ORG_DOCTOR, account))
@@ -349,10 +348,17 @@ async def link_organization(doctor_id: str, body: LinkRequest,
                   source_service=SOURCE)
         return {"action": "doctor_linked", "user_id": user_id, "doctor_id": doctor_id}
 
+    await _change_practice(ctx, org_id, user_id, stage)
+    return created(await view_of(ctx, practitioner))
+
+
+async def _change_practice(ctx: ApiContext, org_id: str, user_id: str | None,
+                           stage: Any) -> None:
+    """Commit a change of where the doctor practises as the organization's next
+    membership change (it may add or remove the doctor's membership)."""
     await change_members(ctx, org_id, stage)
     if user_id is not None:
         ctx.services.policy.membership_changed(user_id)
-    return created(await view_of(ctx, practitioner))
 
 
 def _unique(concepts: list[JSON]) -> list[JSON]:
@@ -379,17 +385,14 @@ async def unlink_organization(doctor_id: str, org_id: str,
     member = await find_member(ctx, org_id, user_id) if user_id else None
 
     async def stage(unit: FhirUnit) -> JSON:
-        await unit.acting_as(SYSTEM).delete(
-            "PractitionerRole", role["id"])
+        await unit.acting_as(SYSTEM).delete("PractitionerRole", role["id"])
         if member is not None and member["role"] == ORG_DOCTOR:
             stage_removal(unit, member, ctx.principal.user_id)
         unit.emit(UNLINKED, {"doctor_id": doctor_id, "organization_id": org_id},
                   source_service=SOURCE)
         return {"action": "doctor_unlinked", "user_id": user_id, "doctor_id": doctor_id}
 
-    await change_members(ctx, org_id, stage)
-    if user_id is not None:
-        ctx.services.policy.membership_changed(user_id)
+    await _change_practice(ctx, org_id, user_id, stage)
     return ok(await view_of(ctx, practitioner))
 
 

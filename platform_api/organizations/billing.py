@@ -70,6 +70,7 @@ from platform_api.facade import (
     require_patient,
     staged_body,
     until_stable,
+    visible_patient,
 )
 from platform_api.fhir_values import (
     amount_text,
@@ -328,15 +329,10 @@ async def invoice_views(ctx: ApiContext, invoices: list[JSON]) -> list[JSON]:
     return [invoice_view(i, paid.get(i["id"], Decimal(0))) for i in invoices]
 
 
-async def _visible_patient(ctx: ApiContext, payload: JSON) -> JSON:
-    await require_patient(ctx, payload["patient_id"])
-    return payload
-
-
 invoices = Facade(
     resource="Invoice", name="Invoice", create=InvoiceCreate, view=InvoiceView,
     query=InvoiceQuery, to_fhir=invoice_to_fhir, from_fhir=invoice_view, views=invoice_views,
-    scope=OrganizationScope(), prepare=_visible_patient, sort="-date",
+    scope=OrganizationScope(), prepare=visible_patient, sort="-date",
     events=Events(created=INVOICE_CREATED, payload=lambda i: {
         "invoice_id": i["id"], "organization_id": local_id(i.get("issuer"), "Organization"),
         "patient_id": local_id(i.get("subject"), "Patient"),

@@ -61,6 +61,7 @@ from platform_api.facade import (
 from platform_api.organizations.members import (
     MEMBERS,
     MemberView,
+    documents_page,
     member_document,
     member_view,
     stage_addition,
@@ -247,10 +248,8 @@ async def create_organization(body: OrganizationCreate,
             summary="The caller's organizations, with their role in each")
 async def my_organizations(page: Pagination = Depends(pagination),
                            ctx: ApiContext = Depends(api_context)) -> Any:
-    store, where = ctx.services.store, {"user_id": ctx.principal.user_id}
-    memberships = await store.find_documents(MEMBERS, where, limit=page.limit,
-                                             offset=page.offset, order_by="joined_at")
-    total = await store.count_documents(MEMBERS, where)
+    memberships, total = await documents_page(ctx, MEMBERS, {"user_id": ctx.principal.user_id},
+                                              page, "joined_at")
     found = await ctx.fhir.search("Organization", [
         ("_id", ",".join(m["organization_id"] for m in memberships))]) if memberships else []
     by_id = {o["id"]: organization_from_fhir(o) for o in found}

@@ -54,6 +54,7 @@ from platform_api.organizations.members import (
     MemberView,
     OrgRole,
     change_members,
+    documents_page,
     find_member,
     member_document,
     member_view,
@@ -107,12 +108,9 @@ router = APIRouter(prefix="/api/organizations", tags=["organizations"])
 async def list_invitations(org_id: str, page: Pagination = Depends(pagination),
                            ctx: ApiContext = Depends(api_context)) -> Any:
     await require_org_admin(ctx, org_id)
-    store, where = ctx.services.store, {"organization_id": org_id}
-    found = await store.find_documents(INVITATIONS, where, limit=page.limit,
-                                       offset=page.offset, order_by="created_at",
-                                       descending=True)
-    return page.respond([invitation_view(i) for i in found],
-                        await store.count_documents(INVITATIONS, where))
+    found, total = await documents_page(ctx, INVITATIONS, {"organization_id": org_id}, page,
+                                        "created_at", descending=True)
+    return page.respond([invitation_view(i) for i in found], total)
 
 
 async def _check_invitable(ctx: ApiContext, org_id: str, email: str) -> None:

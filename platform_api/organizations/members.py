@@ -92,6 +92,16 @@ def member_view(member: JSON) -> JSON:
     return MemberView.model_validate(member).model_dump()
 
 
+async def documents_page(ctx: ApiContext, collection: str, where: JSON, page: Pagination,
+                         order_by: str, *, descending: bool = False) -> tuple[list[JSON], int]:
+    """One page of bookkeeping documents, with their total."""
+    store = ctx.services.store
+    found = await store.find_documents(collection, where, limit=page.limit,
+                                       offset=page.offset, order_by=order_by,
+                                       descending=descending)
+    return found, await store.count_documents(collection, where)
+
+
 async def find_member(ctx: ApiContext, org_id: str, user_id: str) -> JSON | None:
     return await ctx.services.store.get_document(MEMBERS, f"{org_id}:{user_id}")
 
@@ -153,11 +163,8 @@ router = APIRouter(prefix="/api/organizations", tags=["organizations"])
 async def list_members(org_id: str, page: Pagination = Depends(pagination),
                        ctx: ApiContext = Depends(api_context)) -> Any:
     await require_member(ctx, org_id)
-    store = ctx.services.store
-    where = {"organization_id": org_id}
-    members = await store.find_documents(MEMBERS, where, limit=page.limit,
-                                         offset=page.offset, order_by="joined_at")
-    total = await store.count_documents(MEMBERS, where)
+    members, total = await documents_page(ctx, MEMBERS, {"organization_id": org_id}, page,
+                                          "joined_at")
     return page.respond([member_view(m) for m in members], total)
 
 

@@ -49,6 +49,15 @@ class Clinic:
     async def drain(self) -> None:
         await self.app.state.services.bus.drain()
 
+    def recorded(self, topic: str) -> list[dict[str, Any]]:
+        """The events of ``topic`` (a name or a pattern) the bus delivers from now on."""
+        seen: list[dict[str, Any]] = []
+
+        async def handler(event: dict[str, Any]) -> None:
+            seen.append(event)
+        self.app.state.services.bus.subscribe(topic, handler)
+        return seen
+
 
 def refusal(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["code"]

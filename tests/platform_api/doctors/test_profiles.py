@@ -29,14 +29,6 @@ async def new_doctor(clinic: Clinic, **changes: Any) -> tuple[dict[str, Any], di
     return user, created.json()["data"]
 
 
-def recorded(clinic: Clinic, topic: str) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
-
-    async def handler(event: dict[str, Any]) -> None:
-        seen.append(event)
-    clinic.app.state.services.bus.subscribe(topic, handler)
-    return seen
-
 
 async def test_a_doctor_creates_a_profile_pending_verification(clinic: Clinic):
     user, doctor = await new_doctor(clinic)
@@ -102,7 +94,7 @@ async def verify(clinic: Clinic, doctor_id: str, decision: str, reason: str | No
 
 
 async def test_administrators_verify_or_reject_a_doctor(clinic: Clinic):
-    decisions = recorded(clinic, "platform.doctors.verification_decided")
+    decisions = clinic.recorded("platform.doctors.verification_decided")
     user, doctor = await new_doctor(clinic, license_number=None)
     pending = (await clinic.get("platform_admin", "/api/doctors/pending")).json()
     assert [d["id"] for d in pending["data"]] == [doctor["id"]]
@@ -137,7 +129,7 @@ async def test_administrators_verify_or_reject_a_doctor(clinic: Clinic):
 
 
 async def test_an_org_admin_adds_a_doctor_who_then_leaves(clinic: Clinic):
-    added = recorded(clinic, "platform.organization.member_added")
+    added = clinic.recorded("platform.organization.member_added")
     user, doctor = await new_doctor(clinic)
     url = f"/api/doctors/{doctor['id']}/organizations"
     body = {"organization_id": clinic.org_id}

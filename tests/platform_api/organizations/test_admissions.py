@@ -111,12 +111,7 @@ async def test_a_transfer_moves_the_patient_and_keeps_the_bed_history(clinic: Cl
 
 async def test_a_discharge_records_the_disposition_and_frees_the_bed(clinic: Clinic,
                                                                     ward: dict[str, Any]):
-    events: list[dict[str, Any]] = []
-
-    async def record(event: dict[str, Any]) -> None:
-        if ".patient_" in event["topic"]:
-            events.append(event)
-    clinic.app.state.services.bus.subscribe("platform.organization.*", record)
+    seen = clinic.recorded("platform.organization.*")
     stay = (await admit(clinic, "nurse", clinic.patient_id, ward["A1"])).json()["data"]
     url = admissions_url(clinic, stay["id"], "discharge")
     bad = await clinic.post("doctor", url, {"disposition": "teleported"})
@@ -136,6 +131,7 @@ async def test_a_discharge_records_the_disposition_and_frees_the_bed(clinic: Cli
     # The bed is free again: the patient can come back to it.
     assert (await admit(clinic, "nurse", clinic.patient_id, ward["A1"])).status_code == 201
     await clinic.drain()
+    events = [e for e in seen if ".patient_" in e["topic"]]
     assert [e["topic"].rsplit(".", 1)[1] for e in events] == [
         "patient_admitted", "patient_discharged", "patient_admitted"]
     assert events[1]["payload"]["disposition"] == "home"

@@ -73,11 +73,7 @@ async def ask_leave(clinic: Clinic, who: str, start: str, end: str, kind: str = 
 
 
 async def test_leave_is_requested_and_approved_by_an_org_admin(clinic: Clinic):
-    approved_events: list[dict[str, Any]] = []
-
-    async def record(event: dict[str, Any]) -> None:
-        approved_events.append(event)
-    clinic.app.state.services.bus.subscribe("platform.workforce.leave_approved", record)
+    approved_events = clinic.recorded("platform.workforce.leave_approved")
     asked = await ask_leave(clinic, "nurse", "2026-12-21", "2026-12-31")
     assert asked.status_code == 201, asked.text
     leave = asked.json()["data"]

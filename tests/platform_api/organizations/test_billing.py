@@ -66,11 +66,7 @@ async def test_invoices_are_refused_to_the_wrong_people_and_bad_amounts(clinic: 
 
 async def test_payments_say_whether_the_invoice_is_partly_paid_balanced_or_overpaid(
         clinic: Clinic):
-    events: list[dict[str, Any]] = []
-
-    async def record(event: dict[str, Any]) -> None:
-        events.append(event)
-    clinic.app.state.services.bus.subscribe("platform.billing.payment_recorded", record)
+    events = clinic.recorded("platform.billing.payment_recorded")
     invoice = (await issue(clinic)).json()["data"]
     first = await pay(clinic, invoice["id"], "1000.50")
     assert first.status_code == 201, first.text

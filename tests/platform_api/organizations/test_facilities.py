@@ -62,11 +62,7 @@ async def status(clinic: Clinic, who: str, target: str, reason: str | None = Non
 
 async def test_a_suspended_organizations_members_lose_access_until_it_is_reactivated(
         clinic: Clinic):
-    events: list[dict[str, Any]] = []
-
-    async def record(event: dict[str, Any]) -> None:
-        events.append(event)
-    clinic.app.state.services.bus.subscribe("platform.organization.status_changed", record)
+    events = clinic.recorded("platform.organization.status_changed")
     patients = f"/api/organizations/{clinic.org_id}/patients"
     patient = f"/fhir/Patient/{clinic.patient_id}"
     assert (await clinic.get("doctor", patients)).status_code == 200

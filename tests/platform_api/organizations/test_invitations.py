@@ -78,11 +78,7 @@ async def accept(clinic: Clinic, user: dict[str, Any], token: str) -> Any:
 
 async def test_an_invitation_is_mailed_and_accepted_by_the_invited_account(
         clinic: Clinic, inbox: PickyInbox):
-    added: list[dict[str, Any]] = []
-
-    async def record(event: dict[str, Any]) -> None:
-        added.append(event)
-    clinic.app.state.services.bus.subscribe("platform.organization.member_added", record)
+    added = clinic.recorded("platform.organization.member_added")
     sent = await invite(clinic, email="Baraka.Mwangi@kliniki.example")
     assert sent.status_code == 201, sent.text
     invitation = sent.json()["data"]

@@ -10,15 +10,6 @@ from typing import Any
 from tests.platform_api.clinic import Clinic, refusal
 
 
-def recorded(clinic: Clinic, topic: str) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
-
-    async def handler(event: dict[str, Any]) -> None:
-        seen.append(event)
-    clinic.app.state.services.bus.subscribe(topic, handler)
-    return seen
-
-
 def members_url(clinic: Clinic, user: str | None = None) -> str:
     base = f"/api/organizations/{clinic.org_id}/members"
     return base if user is None else f"{base}/{clinic.user_id(user)}"
@@ -41,7 +32,7 @@ async def change(clinic: Clinic, who: str, user: str, role: str) -> Any:
 
 
 async def test_the_admin_changes_a_members_role(clinic: Clinic):
-    events = recorded(clinic, "platform.organization.member_role_changed")
+    events = clinic.recorded("platform.organization.member_role_changed")
     changed = await change(clinic, "admin", "nurse", "ORG:DOCTOR")
     assert changed.status_code == 200, changed.text
     assert changed.json()["data"]["role"] == "ORG:DOCTOR"
@@ -79,7 +70,7 @@ async def test_two_admins_demoting_each_other_at_once_leave_one_admin(clinic: Cl
 
 
 async def test_admins_remove_members_and_members_leave(clinic: Clinic):
-    events = recorded(clinic, "platform.organization.member_removed")
+    events = clinic.recorded("platform.organization.member_removed")
     patients = f"/api/organizations/{clinic.org_id}/patients"
     assert (await clinic.get("receptionist", patients)).status_code == 200
     removed = await clinic.client.delete(members_url(clinic, "receptionist"),
