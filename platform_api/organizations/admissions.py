@@ -46,6 +46,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from fhir_server.access import SYSTEM
 from fhir_server.clock import now_instant
+from fhir_server.ownership import OWNER_SYSTEM
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError
 from platform_api.envelope import Envelope, conflict, created, not_found
 from platform_api.facade import (
@@ -223,7 +224,7 @@ async def _commit(ctx: ApiContext, encounter: JSON, version: int | None,
             staged = await create_unique(unit, encounter, [
                 ("class", f"{ACT_CODE}|IMP"), ("status", "in-progress"),
                 ("subject", encounter["subject"]["reference"]),
-                ("_security", f"urn:healthplatform:organization|{org_id}")],
+                ("_security", f"{OWNER_SYSTEM}|{org_id}")],
                 expected_type="Encounter")
         else:
             staged = await unit.update(encounter, if_match=version)

@@ -206,25 +206,26 @@ def _member_day(user_id: str, shifts: list[JSON], name: str | None, now: str) ->
             summary="Today's attendance: the caller's, or the whole organization's "
                     "(ORG:ADMIN, all=true)")
 async def today(organization_id: str | None = Query(None, max_length=64),
-                all: bool = Query(False, description="Every member (ORG:ADMIN only)"),
+                everyone: bool = Query(False, alias="all",
+                                       description="Every member (ORG:ADMIN only)"),
                 ctx: ApiContext = Depends(api_context)) -> Any:
-    if all and organization_id is not None:
+    if everyone and organization_id is not None:
         await require_org_admin(ctx, organization_id)
         org_id = organization_id
     else:
         org_id = await _organization(ctx, organization_id)
-        if all:
+        if everyone:
             await require_org_admin(ctx, org_id)
     now = now_instant()
     where = {"organization_id": org_id, "date": now[:10]}
-    if not all:
+    if not everyone:
         where["user_id"] = ctx.principal.user_id
     store = ctx.services.store
     shifts = await store.find_documents(SHIFTS, where, limit=MAX_SHIFTS_A_DAY)
     by_user: dict[str, list[JSON]] = {}
     for shift in shifts:
         by_user.setdefault(shift["user_id"], []).append(shift)
-    if not all:
+    if not everyone:
         by_user.setdefault(ctx.principal.user_id, [])
     members = []
     for user_id, theirs in sorted(by_user.items()):

@@ -146,6 +146,9 @@ async def test_invitations_are_refused_when_they_cannot_be_honoured(clinic: Clin
                                                                     inbox: PickyInbox,
                                                                     monkeypatch):
     assert refusal(await invite(clinic, who="nurse")) == (403, "FORBIDDEN")
+    listing = f"/api/organizations/{clinic.org_id}/invitations"
+    assert refusal(await clinic.get("nurse", listing)) == (403, "FORBIDDEN")
+    assert refusal(await clinic.get("other_admin", listing)) == (403, "FORBIDDEN")
     assert refusal(await invite(clinic, who="stranger")) == (403, "FORBIDDEN")
     bad = await invite(clinic, role="ORG:OWNER")
     assert refusal(bad) == (422, "VALIDATION_ERROR") and bad.json()["error"]["field"] == "role"
