@@ -18,10 +18,11 @@ import subprocess
 import tokenize
 from pathlib import Path
 
-# The areas built on the kit: a module, or a package of modules (the Patients area), whose
-# ``__init__`` and ``shared`` modules mount nothing of their own.
+# The areas built on the kit: a module, or a package of modules, whose ``__init__`` and
+# ``shared`` modules mount nothing of their own.
 AREAS = ("platform_api/patients.py", "platform_api/patients/*.py",
-         "platform_api/organizations.py", "platform_api/labs.py")
+         "platform_api/organizations.py", "platform_api/organizations/*.py",
+         "platform_api/doctors/*.py", "platform_api/labs.py")
 NOT_AREAS = ("__init__.py", "shared.py")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,7 +109,8 @@ def kit_operations() -> int:
     count = 0
     for area in area_files(None):
         module = importlib.import_module(area.removesuffix(".py").replace("/", "."))
-        for route in module.router.routes:
+        router = getattr(module, "router", None)  # an area's mapping module has none
+        for route in router.routes if router is not None else ():
             count += len([m for m in getattr(route, "methods", ()) if m != "HEAD"])
     return count
 

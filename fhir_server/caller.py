@@ -409,6 +409,15 @@ class FhirUnit:
         self._resources: dict[tuple[str, str], JSON | None] = {}  # staged or looked up
         self._implied: list[StagedWrite] = []  # writes pinned to the version checked
 
+    def acting_as(self, access: Access) -> FhirUnit:
+        """A unit staging into this one's unit of work with ``access``, committed (or
+        rolled back) with it: what a checked change implies and its caller may not write
+        directly (the bed an admission occupies, written by the platform once the caller
+        may admit). Its writes are checked against ``access``; only this unit commits."""
+        other = FhirUnit(CallerFhir(self.service, access))
+        other.uow, other._resources, other._implied = self.uow, self._resources, self._implied
+        return other
+
     async def __aenter__(self) -> FhirUnit:
         await self.uow.__aenter__()
         return self

@@ -203,6 +203,17 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/fhir"): Rule(PUBLIC, limit="public"),  # the FHIR document's page
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
+    # Organizations area (issue 19): what its clients need beyond the spec's list.
+    ("GET", "/api/organizations/{}/admissions/{}"): Rule(
+        AUTHENTICATED, scope="organizations:read", limit="read",
+        reason="One admission (after an admit, transfer or discharge answered with it)"),
+    ("GET", "/api/organizations/{}/invoices/{}"): Rule(
+        AUTHENTICATED, scope="organizations:read", limit="read",
+        reason="One invoice with its balance (a payment desk re-reads it)"),
+    ("GET", "/api/organizations/{}/conversations/{}/stream"): Rule(
+        AUTHENTICATED, scope="organizations:read", limit="read",
+        reason="New messages pushed live (server-sent events): a chat's users expect them "
+               "without polling"),
     **_fhir_rules(),
     **_smart_rules(),
     # Patients area: what its workflows need beyond the spec's operations.

@@ -31,6 +31,7 @@ from platform_api import (
     admin,
     dead_letters,
     developer_keys,
+    doctors,
     health,
     labs,
     organizations,
@@ -277,6 +278,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.open()
         store.add_outbox_listener(bus.wake)
+        organizations.start(services)
+        doctors.start(services)
         await auth.start()
         await smart_server.start()
         await bus.start()
@@ -319,6 +322,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth_router)
     app.include_router(patients.router)
     app.include_router(organizations.router)
+    app.include_router(doctors.router)
     app.include_router(developer_keys.router)
     app.include_router(admin.router)
     app.include_router(labs.router)

@@ -234,12 +234,14 @@ class PatientScope(Scope):
 async def require_member(ctx: ApiContext, org_id: str) -> str | None:
     """The caller's role in ``org_id`` (None for a platform administrator); 404 for an
     unknown organization, 403 for a non-member."""
-    try:
-        await ctx.services.fhir.read("Organization", org_id)
-    except (ResourceNotFound, ResourceGone):
-        raise not_found("Organization") from None
+    organization = await ctx.services.fhir.find_json("Organization", org_id)
+    if organization is None:
+        raise not_found("Organization")
     role = ctx.access.subject.role_in(org_id)
     if role is None and not ctx.access.subject.unrestricted:
+        if organization.get("active") is False:  # its members lose access until reactivated
+            raise ApiError(403, "ORGANIZATION_INACTIVE", "This organization is suspended or "
+                           "closed: its data cannot be reached until it is reactivated")
         raise forbidden("You are not a member of this organization")
     return role
 
@@ -250,6 +252,62 @@ async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
     if patient is None:
         raise not_found("Patient")
     return patient
+
+
+async def visible_patient(ctx: ApiContext, payload: JSON) -> JSON:
+    """A facade's ``prepare``: a create whose ``patient_id`` the caller may not see is
+    refused (404 unknown, 403 not theirs to see) before anything is mapped."""
+    await require_patient(ctx, payload["patient_id"])
+    return payload
+
+
+# -- one page of a list ------------------------------------------------------------------------
+@dataclass
+class FoundPage:
+    resources: list[JSON]
+    total: int
+    included: list[JSON] = field(default_factory=list)
+
+
+async def search_page(fhir: CallerFhir, resource_type: str | Sequence[str],
+                      params: Sequence[tuple[str, str]], page: Pagination) -> FoundPage:
+    """One page of a list as ONE FHIR search over what ``fhir``'s caller may see:
+    ``_count``/``_offset`` from the page, the exact total, and what the search's
+    ``_include``/``_revinclude`` brought (for the page's views)."""
+    if page.offset + page.limit > MAX_OFFSET:
+        raise ApiError(422, "VALIDATION_ERROR", f"page is too deep: at most "
+                       f"{MAX_OFFSET} items can be paged through; narrow the list",
+                       field="page")
+    types = [resource_type] if isinstance(resource_type, str) else list(resource_type)
+    plan = await fhir.parse(types, params, strict=True)
+    plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
+    result = await fhir.search_page(plan)
+    return FoundPage([orjson.loads(s.body) for s in result.resources], result.total or 0,
+                     [orjson.loads(s.body) for s in result.included])
+
+
+# -- creates that must be the first of their kind ----------------------------------------------
+class Duplicate(Exception):
+    """A create staged with :func:`create_unique` found a match: its unit of work fails."""
+
+
+async def create_unique(unit: FhirUnit, resource: JSON, criteria: Sequence[tuple[str, str]],
+                        **options: Any) -> Any:
+    """Stage ``resource`` created only when the caller sees nothing matching ``criteria``
+    (a conditional create, re-checked inside the commit); when something matches, the
+    whole unit of work fails (its other writes depend on this one), and its commit raises
+    a ``StoreError`` for which :func:`is_duplicate` is true."""
+    staged = await unit.create(resource, if_none_exist=list(criteria), **options)
+
+    def refuse_a_second(_staging: Any) -> None:
+        if staged.existing:
+            raise Duplicate(f"a {resource.get('resourceType')} matching {criteria} exists")
+    unit.after_writes(refuse_a_second)
+    return staged
+
+
+def is_duplicate(error: BaseException) -> bool:
+    return isinstance(error.__cause__, Duplicate)
 
 
 # -- search parameters of list filters ---------------------------------------------------------
@@ -456,17 +514,11 @@ class Facade:
         """One page of the caller's resources (scope, fixed criteria, ``extra``), with the
         exact total of what the caller may see."""
         await self.enter(ctx)
-        if page.offset + page.limit > MAX_OFFSET:
-            raise ApiError(422, "VALIDATION_ERROR", f"page is too deep: at most "
-                           f"{MAX_OFFSET} items can be paged through; narrow the list",
-                           field="page")
         value = self._scope_value(ctx)
         params = [*(self.scope.criteria(value) if self.scope and value else []),
                   *self.fixed, *extra, ("_sort", self.sort)]
-        plan = await ctx.fhir.parse(self.types, params, strict=True)
-        plan.count, plan.offset, plan.total = page.limit, page.offset, "accurate"
-        result = await ctx.fhir.search_page(plan)
-        return [orjson.loads(s.body) for s in result.resources], result.total or 0
+        found = await search_page(ctx.fhir, self.types, params, page)
+        return found.resources, found.total
 
     async def create_from(self, ctx: ApiContext, payload: JSON) -> JSON:
         """Map, stage, emit and commit a create in the request's unit of work; the stored
@@ -650,19 +702,39 @@ class Facade:
         """``POST {prefix}/{resource_id}/{name}``: move the status to ``to`` through the
         status table (409 INVALID_TRANSITION when refused), apply ``change`` (e.g. record
         who signed), save, emit ``event``."""
+        move = self._mover(name, lambda ctx: to, change, event)
+        move.__name__ = f"{name}_{self.resource.lower()}"
+        self.route("POST", "/{resource_id}/" + name, summary=summary,
+                   conflicts=_TRANSITION_CONFLICT)(move)
+
+    def status_route(self, method: str = "PUT", path: str = "/{resource_id}/status", *,
+                     body: type[BaseModel], summary: str, event: str | None = None,
+                     change: Callable[[JSON, ItemContext[Any]], JSON] | None = None
+                     ) -> None:
+        """``<method> {prefix}{path}`` with a body whose ``status`` field names the target:
+        the move goes through the status table (409 INVALID_TRANSITION when refused),
+        then ``change`` (e.g. record the reason), save, ``event``."""
+        def target(ctx: ItemContext[Any]) -> str:
+            status = getattr(ctx.body, "status", None)
+            return str(getattr(status, "value", status))
+        move = self._mover("status", target, change, event)
+        move.__name__ = f"change_{self.resource.lower()}_status"
+        self.route(method, path, summary=summary, body=body,
+                   conflicts=_TRANSITION_CONFLICT)(move)
+
+    def _mover(self, name: str, target: Callable[[ItemContext[Any]], str],
+               change: Callable[[JSON, ItemContext[Any]], JSON] | None,
+               event: str | None) -> ItemHandler:
         table = self.statuses
         if table is None:
             raise ValueError(f"{self.name} has no status table for the action {name!r}")
 
         async def move(ctx: ItemContext[Any]) -> JSON:
-            moved = table.move(ctx.resource, to)
+            moved = table.move(ctx.resource, target(ctx))
             if change is not None:
                 moved = change(moved, ctx)
             return await ctx.save(moved, event=event, payload=self._event_payload(moved))
-        move.__name__ = f"{name}_{self.resource.lower()}"
-        self.route("POST", "/{resource_id}/" + name, summary=summary, conflicts={
-            "INVALID_TRANSITION": f"the status table has no move to {to!r} from the "
-                                  "current status"})(move)
+        return move
 
     def _mounted(self) -> APIRouter:
         if self._router is None:
@@ -679,6 +751,9 @@ def conflict_responses(conflicts: Mapping[str, str]) -> dict[int | str, dict[str
 
 
 SAVE_ATTEMPTS = 3
+# How a refused status move is documented (OpenAPI) on the routes that make one.
+_TRANSITION_CONFLICT = {"INVALID_TRANSITION": "the status table has no such move from the "
+                                              "current status"}
 
 
 async def _until_stable(once: Callable[[], Awaitable[JSON]]) -> JSON:
@@ -692,6 +767,11 @@ async def _until_stable(once: Callable[[], Awaitable[JSON]]) -> JSON:
             if attempt == SAVE_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+# For areas whose load-change-save is not one ``facade.route`` (several resources written
+# together): the same retry when another writer got there first.
+until_stable = _until_stable
 
 
 def staged_body(staged: Any) -> JSON:
@@ -764,7 +844,9 @@ def _declare(endpoint: Callable[..., Any], scope: Sequence[str], *,
 
 
 __all__ = [
-    "ApiContext", "Events", "Facade", "ItemContext", "OrganizationScope", "PatientScope",
-    "Scope", "SearchParam", "StatusTable", "Unique", "Write", "api_context", "require",
-    "require_member", "require_patient",
+    "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
+    "ListCriteria", "OrganizationScope", "PatientScope", "Scope", "SearchParam",
+    "StatusTable", "Unique", "Write", "api_context", "create_unique", "is_duplicate",
+    "require", "require_member", "require_patient", "search_page", "staged_body",
+    "until_stable", "visible_patient",
 ]

@@ -78,6 +78,12 @@ class Settings(BaseSettings):
                                      "(login-failure and MFA-attempt limits always apply)")
     rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
                                         'per class, e.g. {"read": "1200/60"}')
+    # Organizations and doctors (platform_api/organizations, platform_api/doctors)
+    invitation_ttl_seconds: int = Field(default=7 * 24 * 3600, gt=0, description="Lifetime "
+                                        "of an organization invitation link")
+    doctor_availability_max_days: int = Field(default=62, gt=0, description="Longest "
+                                              "range GET /api/doctors/:id/availability "
+                                              "answers")
 
     # Hardening (issue 14): request bounds, proxies, CORS (platform_api/json_limits,
     # client_origin, cors)

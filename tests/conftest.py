@@ -100,7 +100,7 @@ async def add_member(app: Any, org_id: str, user: dict[str, Any], role: str) -> 
     from platform_api.organizations import MEMBERS, member_document
 
     services = app.state.services
-    member = member_document(org_id, user["user"]["id"], role)
+    member = member_document(org_id, user["user"]["id"], role, user["user"])
     async with services.store.unit_of_work() as uow:
         uow.put_document(MEMBERS, member["id"], member)
         await uow.commit()

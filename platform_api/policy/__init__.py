@@ -117,11 +117,14 @@ class Policy:
 
     def resources_written(self, resources: Sequence[JSON]) -> None:
         """Writes committed in this process that change what someone may see, from the
-        next request: a Consent (whoever it names), a user's own Patient or Practitioner
-        record (that user)."""
+        next request: a Consent (whoever it names), an Organization (its status decides
+        whether its members reach its data), a user's own Patient or Practitioner record
+        (that user)."""
         for resource in resources:
             kind = resource.get("resourceType")
-            if kind == "Consent":
+            # An organization suspended, closed or reactivated: its members' subjects
+            # change (they are few writes; every subject is dropped, as for a Consent).
+            if kind in ("Consent", "Organization"):
                 self.subjects.invalidate()
                 return
             if kind in SUBJECT_TYPES:

@@ -1,7 +1,8 @@
 """Who a caller is, in the terms of the access policy's relations.
 
 A :class:`Subject` is a principal (user token or API key) with what the relations need:
-the organizations it is a member of with its ``ORG:<ROLE>`` in each, its own Patient
+the organizations it is a member of with its ``ORG:<ROLE>`` in each (active ones only: a
+suspended or closed organization's members reach none of its data), its own Patient
 record (the *self* relation), its Practitioner records, and the patients who consented
 to share their records with it or with one of its organizations.
 
@@ -28,7 +29,7 @@ JSON = dict[str, Any]
 MEMBERS = "org_members"
 USER_SYSTEM = "urn:healthplatform:user"
 # Resource types whose writes can change some subject (see Policy.resource_written).
-SUBJECT_TYPES = frozenset({"Consent", "Patient", "Practitioner"})
+SUBJECT_TYPES = frozenset({"Consent", "Organization", "Patient", "Practitioner"})
 MAX_MEMBERSHIPS = 1000
 MAX_CONSENTS = 1000
 
@@ -133,6 +134,8 @@ class SubjectLoader:
         members = await self.store.find_documents(MEMBERS, {"user_id": user_id},
                                                   limit=MAX_MEMBERSHIPS)
         memberships = {m["organization_id"]: m["role"] for m in members}
+        for org in await self._inactive(memberships):
+            memberships.pop(org)
         token = f"{USER_SYSTEM}|{user_id}"
         patients = await self.fhir.match_ids("Patient", [("identifier", token)], limit=2)
         practitioners = await self.fhir.match_ids("Practitioner", [("identifier", token)],
@@ -140,6 +143,15 @@ class SubjectLoader:
         consents = await self._consents(memberships, practitioners)
         return Subject(principal, memberships, patients[0] if len(patients) == 1 else None,
                        frozenset(practitioners), consents)
+
+    async def _inactive(self, memberships: Mapping[str, str]) -> list[str]:
+        """The organizations among ``memberships`` that are not active (suspended or
+        closed): their members lose access to their data until they are reactivated."""
+        if not memberships:
+            return []
+        return await self.fhir.match_ids(
+            "Organization", [("_id", ",".join(sorted(memberships))), ("active", "false")],
+            limit=len(memberships))
 
     async def _consents(self, memberships: Mapping[str, str], practitioners: list[str]
                         ) -> dict[str, frozenset[str]]:

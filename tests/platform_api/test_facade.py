@@ -13,8 +13,11 @@ from asgi_lifespan import LifespanManager
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from fhir_server.access import SYSTEM
+from fhir_server.caller import CallerFhir
+from fhir_server.store import StoreError
 from platform_api.app import create_app
-from platform_api.envelope import ApiError
+from platform_api.envelope import ApiError, Pagination
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -26,6 +29,9 @@ from platform_api.facade import (
     Unique,
     Write,
     _fixed_hold,
+    create_unique,
+    is_duplicate,
+    search_page,
 )
 from platform_api.policy.roles import ORG_BILLING, ORG_NURSE
 from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
@@ -72,6 +78,17 @@ rooms = Facade(resource="Location", name="Room", create=RoomCreate, view=RoomVie
 router = APIRouter()
 rooms.mount(router, "/api/test-orgs/{org_id}/rooms")
 rooms.action("close", to="inactive", summary="Close a room", event="platform.test.room_closed")
+
+
+class RoomStatusChange(BaseModel):
+    status: RoomStatus
+    reason: str | None = None
+
+
+rooms.status_route(body=RoomStatusChange, summary="Change a room's status",
+                   event="platform.test.room_status_changed",
+                   change=lambda room, ctx: {**room, "description": ctx.body.reason}
+                   if ctx.body.reason else room)
 
 
 @rooms.route("POST", "/{resource_id}/rename", body=RoomCreate, summary="Rename a room")
@@ -268,6 +285,29 @@ async def test_status_actions_follow_the_table_and_emit_their_event(kit):
     assert [e["payload"]["id"] for e in closed_events] == [room["id"]]
 
 
+async def test_status_routes_move_to_the_bodys_status_through_the_table(kit):
+    app, client = kit
+    moved_events = recorded(app, "platform.test.room_status_changed")
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/rooms"
+    room = (await client.post(base, json={"name": "Ward D"}, headers=h)).json()["data"]
+    moved = await client.put(f"{base}/{room['id']}/status",
+                             json={"status": "suspended", "reason": "Floor 3"}, headers=h)
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["data"]["status"] == "suspended"
+    assert moved.json()["data"]["floor"] == "3"  # the change hook ran before the save
+    await client.put(f"{base}/{room['id']}/status", json={"status": "inactive"}, headers=h)
+    refused = await client.put(f"{base}/{room['id']}/status", json={"status": "active"},
+                               headers=h)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "INVALID_TRANSITION"
+    unknown = await client.put(f"{base}/{room['id']}/status", json={"status": "burnt"},
+                               headers=h)
+    assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "status"
+    await app.state.services.bus.drain()
+    assert [e["payload"]["status"] for e in moved_events] == ["suspended", "inactive"]
+
+
 async def test_custom_item_routes_get_the_loaded_resource_and_save_through_the_policy(kit):
     app, client = kit
     admin = await make_clinic_admin(client)
@@ -451,3 +491,38 @@ async def test_a_facade_spans_several_types_narrowed_by_a_tag(kit):
     params = schema["paths"]["/api/test-orgs/{org_id}/assets/{resource_id}/labels/{label}"][
         "get"]["parameters"]
     assert {p["name"] for p in params} == {"org_id", "resource_id", "label"}
+async def test_search_page_is_one_page_with_its_includes_and_the_exact_total(kit):
+    app, client = kit
+    admin = await make_clinic_admin(client)
+    base = f"/api/test-orgs/{admin['org_id']}/rooms"
+    for name in ("Ward A", "Ward B", "Ward C"):
+        await client.post(base, json={"name": name}, headers=admin["headers"])
+    fhir = CallerFhir(app.state.services.fhir, SYSTEM)
+    found = await search_page(fhir, "Location", [
+        ("_sort", "name"), ("_include", "Location:organization")], Pagination(2, 2))
+    assert [r["name"] for r in found.resources] == ["Ward C"] and found.total == 3
+    assert found.included == []  # no managingOrganization on these
+    with pytest.raises(ApiError) as deep:
+        await search_page(fhir, "Location", [], Pagination(1000, 100))
+    assert deep.value.field == "page"
+
+
+async def test_create_unique_fails_the_whole_unit_when_a_match_exists(kit):
+    app, _client = kit
+    fhir = CallerFhir(app.state.services.fhir, SYSTEM)
+    device = {"resourceType": "Device", "identifier": [{"system": "urn:test:asset",
+                                                         "value": "ECG-7"}]}
+    criteria = [("identifier", "urn:test:asset|ECG-7")]
+    unit = fhir.unit()
+    async with unit:
+        first = await create_unique(unit, device, criteria)
+        await unit.commit()
+    assert first.created
+    unit = fhir.unit()
+    with pytest.raises(StoreError) as refused:
+        async with unit:
+            await create_unique(unit, device, criteria)
+            note = await unit.create({"resourceType": "Basic", "code": {"text": "depends"}})
+            await unit.commit()
+    assert is_duplicate(refused.value)
+    assert await app.state.services.fhir.find_json("Basic", note.id) is None  # rolled back
