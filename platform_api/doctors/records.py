@@ -89,6 +89,9 @@ class PublicDirectory:
     def describe(self) -> str:
         return "an anonymous caller"
 
+    def explain(self, action: str, resource_type: str) -> str:
+        return ""
+
 
 PUBLIC: Access = PublicDirectory()
 
