@@ -21,7 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cds_hooks.cards import INDICATOR_OF_SEVERITY, CdsService, Invocation, card, remove_draft, source
+from cds_hooks.interactions import draft_medications
 from cds_hooks.medications import RXNORM_SYSTEMS, DrugVocabulary, Medication, vocabulary
+from cds_hooks.models import Card, CdsResponse
+from cds_hooks.prefetch import bundle_resources
 
 JSON = dict[str, Any]
 INACTIVE_CLINICAL = frozenset({"inactive", "resolved"})
@@ -123,3 +127,39 @@ def find_conflicts(drafts: Sequence[Medication], allergies: Sequence[JSON]) -> l
                 continue
             conflicts.append(Conflict(medication, substance, matched))
     return conflicts
+
+
+# -- the CDS service (order-select, order-sign) ----------------------------------------------
+def conflict_card(conflict: Conflict) -> Card:
+    medication, substance = conflict.medication, conflict.substance
+    reactions = ", ".join(
+        m.get("text") or (m.get("coding") or [{}])[0].get("display", "")
+        for r in substance.allergy.get("reaction") or [] for m in r.get("manifestation") or [])
+    detail = (f"The patient has an active allergy to **{substance.name}**"
+              f"{f' (reaction: {reactions})' if reactions else ''}; "
+              f"**{medication.name}** contains or is related to: {conflict.matched}.\n\n"
+              f"*Criticality: {substance.allergy.get('criticality', 'unknown')}. "
+              f"Recorded as {substance.reference or 'an AllergyIntolerance'}.*")
+    suggestions = [remove_draft(medication.reference, f"Remove the draft order for "
+                                f"{medication.name}")] if medication.reference else []
+    return card(f"Allergy to {substance.name}: {medication.name} ({conflict.matched})",
+                INDICATOR_OF_SEVERITY[conflict.severity], source(SERVICE_TITLE),
+                detail=detail, suggestions=suggestions, overridable=True)
+
+
+async def allergy_service(inv: Invocation) -> CdsResponse:
+    drafts = draft_medications(inv)
+    allergies = bundle_resources(inv.prefetch.get("allergies"))
+    if not drafts or not allergies:
+        return CdsResponse()
+    return CdsResponse(cards=[conflict_card(c) for c in find_conflicts(drafts, allergies)])
+
+
+SERVICE_TITLE = "Allergy conflict check"
+SERVICE = CdsService(
+    id="allergy-conflicts", hooks=("order-select", "order-sign"), title=SERVICE_TITLE,
+    description="Checks draft medication orders against the patient's active "
+                "AllergyIntolerances by ingredient and cross-reacting drug class "
+                "(an amoxicillin allergy rules out every penicillin).",
+    prefetch={"allergies": "AllergyIntolerance?patient={{context.patientId}}"},
+    run=allergy_service)

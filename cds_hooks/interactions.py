@@ -49,7 +49,18 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from cds_hooks.cards import (
+    INDICATOR_OF_SEVERITY,
+    CdsService,
+    Invocation,
+    card,
+    remove_draft,
+    source,
+    source_link,
+)
 from cds_hooks.medications import RXNORM, Medication, medication_of, vocabulary
+from cds_hooks.models import Card, CdsResponse, OrderSelectContext, OrderSignContext
+from cds_hooks.prefetch import bundle_resources
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
@@ -340,3 +351,62 @@ async def check_medication_request(services_or_fhir: Any, medication_request: JS
     current = await current_medications(fhir, patient_id, exclude=[draft.reference or ""])
     table = await knowledge(fhir.service).table()
     return [f.as_dict() for f in table.find([draft], current)]
+
+
+# -- the CDS service (order-select, order-sign) ----------------------------------------------
+def draft_medications(inv: Invocation) -> list[Medication]:
+    """The drafts to check: on order-select the selected orders, on order-sign all."""
+    context = inv.context
+    orders = context.selected() if isinstance(context, OrderSelectContext) else \
+        context.orders() if isinstance(context, OrderSignContext) else []
+    return medications_of(orders, draft=True)
+
+
+def current_from_prefetch(inv: Invocation, drafts: Sequence[Medication]) -> list[Medication]:
+    references = {d.reference for d in drafts if d.reference}
+    resources_ = [*bundle_resources(inv.prefetch.get("medications")),
+                  *bundle_resources(inv.prefetch.get("statements"))]
+    return medications_of(resources_, exclude=references)
+
+
+def finding_card(finding: Finding) -> Card:
+    first, second = finding.drugs
+    entry = finding.entry
+    current = "" if second.draft else " (a current medication)"
+    detail = (f"**{entry.title}** ({entry.severity} severity): {first.name} with "
+              f"{second.name}{current}.\n\n{entry.description}\n\n"
+              f"**Recommendation:** {entry.recommendation}\n\n"
+              f"*Source: {entry.source.label}; table entry `{entry.key}` version "
+              f"{entry.version}.*")
+    suggestions = [remove_draft(d.reference, f"Remove the draft order for {d.name}")
+                   for d in finding.drugs if d.draft and d.reference]
+    return card(f"{entry.title}: {first.name} with {second.name}",
+                INDICATOR_OF_SEVERITY[entry.severity],
+                source(SERVICE_TITLE, entry.source.url), detail=detail,
+                suggestions=suggestions, overridable=True,
+                links=source_link(entry.source.label, entry.source.url))
+
+
+async def interaction_service(inv: Invocation) -> CdsResponse:
+    drafts = draft_medications(inv)
+    if not drafts:
+        return CdsResponse()
+    table: InteractionTable = await inv.interaction_table()
+    findings = table.find(drafts, current_from_prefetch(inv, drafts))
+    return CdsResponse(cards=[finding_card(f) for f in findings])
+
+
+SERVICE_TITLE = "Drug-drug interaction check"
+SERVICE = CdsService(
+    id="drug-interactions", hooks=("order-select", "order-sign"), title=SERVICE_TITLE,
+    description="Checks RxNorm-coded draft medication orders against each other and the "
+                "patient's active MedicationRequests and MedicationStatements, by "
+                "ingredient and drug class (branded and combination products included), "
+                "with an interaction table whose every entry names its source.",
+    prefetch={
+        "medications": "MedicationRequest?patient={{context.patientId}}"
+                       f"&status={ACTIVE_REQUEST_STATUSES}",
+        "statements": "MedicationStatement?patient={{context.patientId}}"
+                      f"&status={ACTIVE_STATEMENT_STATUSES}",
+    },
+    run=interaction_service)

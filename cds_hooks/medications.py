@@ -29,6 +29,8 @@ from typing import Any
 JSON = dict[str, Any]
 RXNORM = "http://www.nlm.nih.gov/research/umls/rxnorm"
 RXNORM_SYSTEMS = frozenset({RXNORM, "urn:oid:2.16.840.1.113883.6.88"})
+# MedicationOrder: the DSTU2 name of MedicationRequest, still in the Hook Library examples.
+MEDICATION_TYPES = frozenset({"MedicationRequest", "MedicationStatement", "MedicationOrder"})
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def medication_concept(resource: JSON) -> JSON | None:
 def medication_of(resource: JSON, *, draft: bool = False) -> Medication | None:
     """The Medication of a MedicationRequest / MedicationStatement (None for other
     resources, or one naming no medication)."""
-    if resource.get("resourceType") not in ("MedicationRequest", "MedicationStatement"):
+    if resource.get("resourceType") not in MEDICATION_TYPES:
         return None
     concept = medication_concept(resource)
     if concept is None:

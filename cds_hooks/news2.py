@@ -26,6 +26,10 @@ from typing import Any, Literal
 
 import orjson
 
+from cds_hooks.cards import CdsService, Indicator, Invocation, card, source
+from cds_hooks.models import Action, Card, CdsResponse
+from cds_hooks.prefetch import bundle_resources
+
 JSON = dict[str, Any]
 PARAMETERS = ("respiration_rate", "spo2", "air_or_oxygen", "systolic_bp", "pulse",
               "consciousness", "temperature")
@@ -269,3 +273,96 @@ def spo2_scale(conditions: Iterable[JSON]) -> int:
             if f"{coding.get('system')}|{coding.get('code')}" in wanted:
                 return 2
     return 1
+
+
+# -- the CDS service (patient-view, encounter-start, encounter-discharge) --------------------
+RISK_INDICATOR: dict[str | None, Indicator] = {
+    "high": "critical", "medium": "warning", "low-medium": "warning", "low": "info"}
+RISK_PROBABILITY = {"high": "high", "medium": "moderate", "low-medium": "moderate",
+                    "low": "low"}
+
+
+def assess(inv: Invocation) -> tuple[News2Result, Vitals]:
+    vitals = vitals_from_observations(bundle_resources(inv.prefetch.get("vitals")),
+                                      now=inv.now, max_age=inv.vitals_max_age)
+    scale = spo2_scale(bundle_resources(inv.prefetch.get("conditions")))
+    return score(vitals, scale), vitals
+
+
+def _detail(result: News2Result, vitals: Vitals, max_age: timedelta) -> str:
+    names = tables()["parameters"]
+    rows = "\n".join(f"| {names[p]['display']} | {s.value} | {s.score} |"
+                     for p, s in result.subscores.items())
+    lines = [f"| parameter | value | score |\n|---|---|---|\n{rows}"]
+    if result.missing:
+        lines.append("**Not measured in the last "
+                     f"{int(max_age.total_seconds() // 3600)} hours:** "
+                     + ", ".join(names[p]["display"] for p in result.missing))
+    if result.band:
+        response = tables()["responses"][result.band]
+        lines.append(f"**{response['monitoring']} monitoring.** {response['response']}")
+    lines.append(f"*SpO2 scale {result.scale}; latest measurement {vitals.measured_at}; "
+                 "NEWS2, Royal College of Physicians 2017.*")
+    return "\n\n".join(lines)
+
+
+def news2_card(result: News2Result, vitals: Vitals, max_age: timedelta) -> Card | None:
+    if not result.subscores:
+        return None  # nothing measured recently: nothing to say
+    if result.complete:
+        if result.total == 0:
+            return None
+        summary = f"NEWS2 {result.total}: {result.band} clinical risk"
+        indicator = RISK_INDICATOR[result.band]
+    else:
+        summary = (f"NEWS2 incomplete (partial score {result.partial_total}): "
+                   f"{', '.join(result.missing)} not measured")
+        indicator = "warning" if result.partial_total >= 5 else "info"
+    return card(summary, indicator, source(SERVICE_TITLE), detail=_detail(result, vitals, max_age))
+
+
+def risk_assessment(inv: Invocation, result: News2Result, vitals: Vitals) -> JSON:
+    """A RiskAssessment recording the score (the encounter-start system action)."""
+    assessment: JSON = {
+        "resourceType": "RiskAssessment", "status": "final",
+        "subject": {"reference": f"Patient/{inv.context.patientId}"},
+        "occurrenceDateTime": vitals.measured_at,
+        "method": {"text": "NEWS2 (Royal College of Physicians 2017)"},
+        "basis": [{"reference": ref} for ref in vitals.based_on],
+        "prediction": [{"outcome": {"text": "Clinical deterioration"},
+                        "qualitativeRisk": {"coding": [{
+                            "system": "http://terminology.hl7.org/CodeSystem/risk-probability",
+                            "code": RISK_PROBABILITY[result.band or "low"]}]}}],
+        "note": [{"text": f"NEWS2 total {result.total} ({result.band} clinical risk)"}],
+    }
+    if inv.context.encounterId:
+        assessment["encounter"] = {"reference": f"Encounter/{inv.context.encounterId}"}
+    return assessment
+
+
+async def news2_service(inv: Invocation) -> CdsResponse:
+    result, vitals = assess(inv)
+    found = news2_card(result, vitals, inv.vitals_max_age)
+    actions = None
+    if inv.request.hook == "encounter-start" and result.complete:
+        actions = [Action(type="create", description="Record the NEWS2 score of the "
+                          "encounter's start", resource=risk_assessment(inv, result, vitals))]
+    return CdsResponse(cards=[found] if found else [], systemActions=actions)
+
+
+SERVICE_TITLE = "NEWS2 early warning score"
+SERVICE = CdsService(
+    id="news2", hooks=("patient-view", "encounter-start", "encounter-discharge"),
+    title=SERVICE_TITLE,
+    description="National Early Warning Score 2 (RCP 2017) from the patient's latest "
+                "vital signs: total, sub-scores, clinical risk and the response it calls "
+                "for; parameters not measured recently are named, not guessed. On "
+                "encounter-start it also returns a system action recording the score as a "
+                "RiskAssessment.",
+    prefetch={
+        "vitals": "Observation?patient={{context.patientId}}&category=vital-signs"
+                  "&_sort=-date&_count=100",
+        "conditions": "Condition?patient={{context.patientId}}&code="
+                      + ",".join(tables()["scale_2_conditions"]["codes"]),
+    },
+    run=news2_service)

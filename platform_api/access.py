@@ -91,6 +91,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
         reason="The spec marks it Public, but without a token there is no current user; "
                "a 401 tells the client to log in.",
     ),
+    ("POST", "/cds-hooks/:hook_id"): Rule(
+        WEBHOOK, limit="write",
+        reason="CDS Hooks 2.0: the caller is a CDS client (an EHR) whose JWT the handler "
+               "verifies against HEALTHPLATFORM_CDS_CLIENTS (or an app's access token); "
+               "errors are CDS Hooks OperationOutcomes, not the /api envelope.",
+    ),
     ("POST", "/api/auth/mfa/challenge"): Rule(
         MFA_TOKEN, limit="login",
         reason="Completes a login that returned mfa_required: the credential is the MFA "
@@ -142,6 +148,14 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/oauth2-redirect"): Rule(PUBLIC, limit="public"),
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),
+    # CDS Hooks 2.0 routes the spec's operation list leaves out (it lists discovery and
+    # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
+    # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators.
+    ("POST", "/cds-services/{}"): Rule(WEBHOOK, limit="write"),
+    ("POST", "/cds-services/{}/feedback"): Rule(WEBHOOK, limit="write"),
+    ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
+    ("GET", "/api/cds/feedback/summary"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
+                                               limit="read"),
 }
 
 

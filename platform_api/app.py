@@ -27,7 +27,16 @@ from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
+from platform_api import (
+    admin,
+    cds,
+    dead_letters,
+    developer_keys,
+    health,
+    labs,
+    organizations,
+    patients,
+)
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
@@ -238,12 +247,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await auth.start()
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
+        cds_runtime = await cds.start_cds(services)
         housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
             await housekeeping.stop()
+            await cds_runtime.close()
             if mllp is not None:
                 await mllp.close()
             await auth.stop()
@@ -275,6 +286,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
+    app.include_router(cds.router)
+    app.include_router(cds.hooks_router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)
