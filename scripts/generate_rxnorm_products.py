@@ -9,7 +9,9 @@ contain one ingredient: the ingredient itself (IN), its precise ingredients (PIN
 warfarin sodium), brand names (BN), clinical and branded drugs (SCD, SBD) and packs,
 combination products included. A product found in several sets contains each of their
 ingredients (``Esomeprazole / Naproxen`` is in both). The ``-exclude`` sets list topical,
-ophthalmic and otic forms, which the interaction table may leave out (``systemic_only``).
+ophthalmic and otic forms, which the interaction table may leave out (``systemic_only``);
+concepts whose RxNorm dose form is local (Topical, Ophthalmic, Otic, Medicated Patch) are
+marked so too, as the exclude sets miss some.
 
 Only the ingredients the knowledge tables use are kept (``INGREDIENTS`` below); the
 others' value sets are not read. Brand names (a display with no strength or form) become
@@ -42,6 +44,8 @@ INGREDIENTS = {
     "spironolactone": "9997", "eplerenone": "298869", "omeprazole": "7646",
     "esomeprazole": "283742",
 }
+# Local forms by the RxNorm dose form in a concept's name (the -exclude sets miss some).
+LOCAL_FORMS = re.compile(r"\b(Topical|Ophthalmic|Otic|Medicated Patch|Irrigation Solution)\b")
 FORM_WORDS = re.compile(r"\b(product|pill|tablet|capsule|solution|injection|kit|pack|topical|oral|"
                         r"ophthalmic|rectal|suppository|gel|cream|patch|powder|gum)\b", re.I)
 
@@ -84,7 +88,7 @@ def generate(repo: Path, commit: str = COMMIT) -> dict[str, object]:
             if ingredient not in ingredients:
                 ingredients.append(ingredient)
                 ingredients.sort(key=int)
-            if code in topical:
+            if code in topical or LOCAL_FORMS.search(display):
                 entry["topical"] = True
             if is_brand_name(display) and display.lower() != name:
                 names.setdefault(display.lower(), ingredient)
