@@ -28,11 +28,17 @@ def discovery(services: Sequence[CdsService] = SERVICES) -> Discovery:
     return Discovery(services=[d for s in services for d in s.definitions()])
 
 
-def service(service_id: str, hook: str) -> CdsService:
-    """The service ``service_id`` for ``hook`` (404 unknown, 400 another hook)."""
+def known(service_id: str) -> CdsService:
+    """The service ``service_id`` (404 when there is none)."""
     found = next((s for s in SERVICES if s.id == service_id), None)
     if found is None:
         raise CdsError(404, f"There is no CDS service {service_id!r}")
+    return found
+
+
+def service(service_id: str, hook: str) -> CdsService:
+    """The service ``service_id`` for ``hook`` (404 unknown, 400 another hook)."""
+    found = known(service_id)
     if hook not in found.hooks:
         raise CdsError(400, f"hook: the service {service_id!r} answers "
                        f"{', '.join(found.hooks)}, not {hook!r}", "hook")

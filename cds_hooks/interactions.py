@@ -183,8 +183,7 @@ class InteractionTable:
         seen: set[tuple[str, frozenset[str]]] = set()
         pairs = [(d, o) for i, d in enumerate(drafts) for o in [*drafts[i + 1:], *current]]
         for first, second in pairs:
-            if not first.ingredients or not second.ingredients \
-                    or first.ingredients == second.ingredients:
+            if not first.tags() or not second.tags() or first.same_drug(second):
                 continue  # the same drug twice is a duplicate order, not an interaction
             for entry in entries:
                 key = (entry.key, frozenset({first.name, second.name}))

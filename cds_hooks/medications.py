@@ -46,7 +46,16 @@ class Medication:
     draft: bool = False  # a draft order (checked), not a current medication
 
     def tags(self) -> frozenset[str]:
-        return self.ingredients | {f"class:{c}" for c in self.classes}
+        """What interaction entries match: ingredients, classes, and the RxNorm code
+        itself (an entry an administrator added may name an ingredient the shipped
+        vocabulary does not know)."""
+        own = {self.rxcui} if self.rxcui else set()
+        return self.ingredients | own | {f"class:{c}" for c in self.classes}
+
+    def same_drug(self, other: Medication) -> bool:
+        if self.ingredients or other.ingredients:
+            return self.ingredients == other.ingredients
+        return self.rxcui is not None and self.rxcui == other.rxcui
 
 
 @dataclass

@@ -224,8 +224,10 @@ async def flag_critical_results(fhir: CallerFhir, observation: JSON, table: Pani
                                            if_none_exist=[("identifier", identifier)])
                 unit.after_writes(_emit_when_created(staged, observation, finding, created))
             else:
-                for flag in await fhir.search("Flag", [("identifier", identifier),
-                                                       ("status", "active")]):
+                # (R4 has no status search parameter on Flag)
+                for flag in await fhir.search("Flag", [("identifier", identifier)]):
+                    if flag.get("status") != "active":
+                        continue
                     await unit.update({**flag, "status": "inactive",
                                        "period": {**flag.get("period", {}),
                                                   "end": now_instant()}})
@@ -273,5 +275,6 @@ SERVICE = CdsService(
     description="Lab results at or beyond their critical (panic) limits that are still "
                 "flagged active in the patient's record (Flags raised when the result was "
                 "stored, by HL7v2 or FHIR).",
-    prefetch={"flags": "Flag?patient={{context.patientId}}&status=active"},
+    # R4 Flag has no status search parameter: the active ones are picked here.
+    prefetch={"flags": "Flag?patient={{context.patientId}}"},
     run=critical_results_service)

@@ -274,6 +274,8 @@ async def _answer(request: Request, hook: str | None, service_id: str | None) ->
         caller = await authenticate(request, services, runtime)
         if hook is not None and not catalogue.for_hook(hook):
             raise CdsError(404, f"No CDS service answers the hook {hook!r}")
+        if service_id is not None:
+            catalogue.known(service_id)
         hook_request, context = parse_request(await _json_body(request), hook)
         chosen = [catalogue.service(service_id, hook_request.hook)] if service_id \
             else catalogue.for_hook(hook_request.hook)
@@ -316,8 +318,7 @@ async def give_feedback(service_id: str, request: Request) -> Any:
     services = request_services(request)
     try:
         caller = await authenticate(request, services, cds_runtime(services))
-        if not any(s.id == service_id for s in catalogue.SERVICES):
-            raise CdsError(404, f"There is no CDS service {service_id!r}")
+        catalogue.known(service_id)
         given = parse_feedback(await _json_body(request))
         ids = await feedback.record(services.store, service_id, given, caller.name)
     except CdsError as exc:
@@ -778,8 +779,7 @@ async def patient_risk(patient_id: Annotated[str, Query(min_length=1, max_length
     await require_patient(ctx, patient_id)
     subject = f"Patient/{patient_id}"
     warning = await patient_news2(ctx, patient_id)
-    flags = critical_flags(await ctx.fhir.search("Flag", [("subject", subject),
-                                                          ("status", "active")]))
+    flags = critical_flags(await ctx.fhir.search("Flag", [("subject", subject)]))
     current = await current_medications(ctx.fhir, patient_id)
     table = await knowledge(ctx.services.fhir).table()
     interactions = [f.as_dict() for f in table.find(current)]
