@@ -1,4 +1,4 @@
-"""Allergy–order conflicts: a draft medication whose ingredient, or a drug class that
+"""Allergy-order conflicts: a draft medication whose ingredient, or a drug class that
 cross-reacts, matches an active AllergyIntolerance of the patient.
 
 An allergy's substance is read from ``AllergyIntolerance.code`` (and
@@ -7,7 +7,7 @@ SNOMED CT codes the vocabulary maps to a class (91936005 *Allergy to penicillin*
 text ("Penicillin", "Sulfa drugs", "NSAIDs": ingredient, synonym, brand and class names).
 A conflict is the same ingredient, or a draft of a class marked ``cross_reactive`` that
 one of the allergy's ingredients or classes belongs to: an allergy to amoxicillin rules
-out every penicillin (amoxicillin–clavulanate included), not a cephalosporin.
+out every penicillin (amoxicillin-clavulanate included), not a cephalosporin.
 
 Only allergies in force count: ``clinicalStatus`` active (or absent) and not
 ``verificationStatus`` refuted or entered-in-error. Severity of the conflict:
@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cds_hooks.cards import INDICATOR_OF_SEVERITY, CdsService, Invocation, card, remove_draft, source
+from cds_hooks.cards import (
+    INDICATOR_OF_SEVERITY,
+    CdsService,
+    Invocation,
+    card,
+    remove_draft,
+    source,
+)
 from cds_hooks.interactions import draft_medications
 from cds_hooks.medications import RXNORM_SYSTEMS, DrugVocabulary, Medication, vocabulary
 from cds_hooks.models import Card, CdsResponse

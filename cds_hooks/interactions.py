@@ -1,4 +1,4 @@
-"""Drug–drug interactions: the knowledge table, how entries are stored, and the check.
+"""Drug-drug interactions: the knowledge table, how entries are stored, and the check.
 
 **The table** is data: the seed shipped in ``data/interactions.json`` (each entry with its
 source and licence: the HL7 PDDI CDS IG, the ONC high-priority list, FDA labels; only
@@ -245,8 +245,8 @@ def entry_from_plan_definition(plan: JSON) -> InteractionEntry:
             if str(code_filter.get("valueSet", "")).startswith(CLASS_VALUE_SET):
                 classes.append(code_filter["valueSet"][len(CLASS_VALUE_SET):])
         groups.append({"ingredients": ingredients, "classes": classes})
-    citation = next((r for r in plan.get("relatedArtifact") or []
-                     if r.get("type") == "citation"), {})
+    citation: JSON = next((r for r in plan.get("relatedArtifact") or []
+                           if r.get("type") == "citation"), {})
     key = next(i["value"] for i in plan["identifier"] if i.get("system") == ENTRY_SYSTEM)
     severity = ((action.get("code") or [{}])[0].get("coding") or [{}])[0].get("code")
     return InteractionEntry.model_validate({

@@ -3,7 +3,7 @@
 thresholds and chart 4's responses).
 
 ``score(vitals)`` gives the sub-score of each of the seven parameters, the total, the
-clinical risk band (low 0–4, low-medium when one parameter scores 3, medium 5–6, high
+clinical risk band (low 0-4, low-medium when one parameter scores 3, medium 5-6, high
 7+) and the response it calls for. A parameter that was not measured is **named in
 ``missing``, never guessed**: the total and band are then absent (``partial_total`` says
 what the parameters measured add up to, so a partial 7 is still visibly alarming).

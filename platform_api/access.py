@@ -53,6 +53,9 @@ PUBLIC = "public"  # no credentials
 AUTHENTICATED = "authenticated"  # a user's token or an API key (see Rule.roles, .scope)
 WEBHOOK = "webhook"  # no token: the handler verifies the sender's signature
 MFA_TOKEN = "mfa-token"  # the MFA token a login returned (Bearer mfa_…)
+# CDS Hooks: the handler authenticates the bearer itself (a CDS client's JWT, CDS Hooks 2.0
+# "Trusting CDS Clients", or an access token) and answers in CDS Hooks' own terms.
+CDS_JWT = "cds-jwt"
 
 PLATFORM_ADMINS = frozenset({SUPER_ADMIN, APP_ADMIN})
 SUPER_ADMINS = frozenset({SUPER_ADMIN})
@@ -92,7 +95,7 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
                "a 401 tells the client to log in.",
     ),
     ("POST", "/cds-hooks/:hook_id"): Rule(
-        WEBHOOK, limit="write",
+        CDS_JWT, limit="write",
         reason="CDS Hooks 2.0: the caller is a CDS client (an EHR) whose JWT the handler "
                "verifies against HEALTHPLATFORM_CDS_CLIENTS (or an app's access token); "
                "errors are CDS Hooks OperationOutcomes, not the /api envelope.",
@@ -151,8 +154,8 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     # CDS Hooks 2.0 routes the spec's operation list leaves out (it lists discovery and
     # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
     # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators.
-    ("POST", "/cds-services/{}"): Rule(WEBHOOK, limit="write"),
-    ("POST", "/cds-services/{}/feedback"): Rule(WEBHOOK, limit="write"),
+    ("POST", "/cds-services/{}"): Rule(CDS_JWT, limit="write"),
+    ("POST", "/cds-services/{}/feedback"): Rule(CDS_JWT, limit="write"),
     ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
     ("GET", "/api/cds/feedback/summary"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
                                                limit="read"),
@@ -439,7 +442,7 @@ class AccessMiddleware:
         auth = self._auth or self._bind(scope["app"])
         client = scope.get("client")
         ip = client[0] if client else "unknown"
-        if rule.access == PUBLIC or rule.access == WEBHOOK:
+        if rule.access in (PUBLIC, WEBHOOK, CDS_JWT):
             return await self._spend(auth, rule.limit, "ip:" + ip)
         credentials = _credentials(scope)
         if rule.access == MFA_TOKEN:

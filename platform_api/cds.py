@@ -692,17 +692,17 @@ def _local(reference: JSON | None, kind: str) -> str | None:
 
 def adverse_event_from_fhir(resource: JSON) -> JSON:
     contained = {f"#{c.get('id')}": c for c in resource.get("contained") or []}
-    suspects = []
+    suspects: list[SuspectEntity] = []
     for suspect in resource.get("suspectEntity") or []:
         instance = suspect.get("instance") or {}
         ref = instance.get("reference")
         medication = contained.get(ref or "")
         causality = _code_of(((suspect.get("causality") or [{}])[0]).get("assessment"))
-        suspects.append({
-            "name": instance.get("display") or ref or "unnamed",
-            "rxcui": _code_of((medication or {}).get("code")),
-            "reference": ref if ref and not ref.startswith("#") else None,
-            "causality": next((k for k, v in CAUSALITY.items() if v == causality), None)})
+        suspects.append(SuspectEntity.model_construct(
+            name=instance.get("display") or ref or "unnamed",
+            rxcui=_code_of((medication or {}).get("code")),
+            reference=ref if ref and not ref.startswith("#") else None,
+            causality=next((k for k, v in CAUSALITY.items() if v == causality), None)))
     seriousness = _code_of(resource.get("seriousness"))
     return AdverseEventView(
         id=resource["id"], patient_id=_local(resource.get("subject"), "Patient"),
@@ -732,7 +732,7 @@ adverse_events = Facade(
 adverse_events.mount(router, "/api/cds/adverse-events", ops=("list", "create"))
 
 
-# -- /api/cds: patient risk -------------------------------------------------------------------------
+# -- /api/cds: patient risk --------------------------------------------------------------------
 class CriticalFlagView(BaseModel):
     id: str
     summary: str

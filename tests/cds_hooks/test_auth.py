@@ -89,8 +89,9 @@ def _unsigned(**claims: Any) -> str:
 REFUSALS: dict[str, tuple[Any, str]] = {
     "unsigned": (lambda: _unsigned(), "alg 'none'"),
     "HMAC": (lambda: jwt.encode({"iss": EHR, "aud": SERVICE_URL, "exp": time.time() + 60,
-                                 "iat": time.time(), "jti": "j"}, "a-shared-secret-of-32-bytes!!!!!",
-                                algorithm="HS256"), "alg 'HS256'"),
+                                 "iat": time.time(), "jti": "j"},
+                                "a-shared-secret-of-32-bytes!!!!!", algorithm="HS256"),
+             "alg 'HS256'"),
     "expired": (lambda: sign(spec_key(), exp=int(time.time()) - 120), "expired"),
     "more than 5 minutes": (lambda: sign(spec_key(), exp=int(time.time()) + 3600),
                             "5 minutes"),

@@ -29,7 +29,13 @@ from platform_api.policy.roles import ORG_DOCTOR, ORG_NURSE, ORG_RECEPTIONIST
 from platform_api.settings import Settings
 from tests.cds_hooks.examples_data import example, hook_context, hook_request
 from tests.cds_hooks.stand_in import serve
-from tests.conftest import add_member, make_admin, make_clinic_admin, make_settings, register_and_login
+from tests.conftest import (
+    add_member,
+    make_admin,
+    make_clinic_admin,
+    make_settings,
+    register_and_login,
+)
 from tests.hl7_gateway.messages import oru
 
 JSON = dict[str, Any]
