@@ -700,3 +700,65 @@ async def test_patient_risk_gathers_everything_for_whoever_may_see_the_patient(a
                              headers=doctor["headers"])).status_code == 404
     assert (await client.get(f"/api/cds/patient-risk?patient_id={patient_id}")
             ).status_code == 401
+
+
+# --- each role's access -----------------------------------------------------------------------
+async def test_each_role_reaches_the_cds_routes_as_the_policy_says(app, client) -> None:
+    doctor, patient_id = await clinic_with_patient(client)
+    nurse = await register_and_login(client, first_name="Wambui", last_name="Njoroge")
+    await add_member(app, doctor["org_id"], nurse, ORG_NURSE)
+    receptionist = await register_and_login(client, first_name="Zawadi", last_name="Kiprop")
+    await add_member(app, doctor["org_id"], receptionist, ORG_RECEPTIONIST)
+    stranger = await register_and_login(client, first_name="Baraka", last_name="Mutua")
+    admin = await make_admin(app, client)
+    roles = {"anonymous": {}, "doctor": doctor["headers"], "nurse": nurse["headers"],
+             "receptionist": receptionist["headers"], "stranger": stranger["headers"],
+             "admin": admin["headers"]}
+    event = {"patient_id": patient_id, "event": "Angioedema", "seriousness": "serious"}
+    entry = {"key": "test-entry", "title": "Test", "severity": "low",
+             "a": {"ingredients": ["161"]}, "b": {"ingredients": ["723"]},
+             "description": "d", "recommendation": "r", "source": {"label": "local"}}
+    routes = [  # (method, path, body, {role: status}); roles not named: as "stranger"
+        ("POST", "/api/cds/drug-interactions/check",
+         {"medications": [{"name": "Warfarin", "rxcui": "11289"}]},
+         {"anonymous": 401, "stranger": 200}),
+        ("POST", "/api/cds/drug-interactions", entry,
+         {"anonymous": 401, "stranger": 403, "doctor": 403, "admin": 201}),
+        # a receptionist may see the patient, not the clinical records: an answer built
+        # from nothing (the searches carry the grants), never someone else's data
+        ("POST", "/api/cds/early-warning-score", {"patient_id": patient_id},
+         {"anonymous": 401, "stranger": 403, "receptionist": 200, "doctor": 200,
+          "nurse": 200, "admin": 200}),
+        ("POST", "/api/cds/panic-values/check",
+         {"results": [{"code": "2823-3", "value": 5}]}, {"anonymous": 401, "stranger": 200}),
+        ("POST", "/api/cds/adverse-events", event,
+         {"anonymous": 401, "stranger": 403, "receptionist": 403, "doctor": 201,
+          "nurse": 201, "admin": 201}),
+        ("GET", f"/api/cds/adverse-events?patient_id={patient_id}", None,
+         {"anonymous": 401, "stranger": 200, "receptionist": 200, "doctor": 200,
+          "nurse": 200, "admin": 200}),
+        ("GET", f"/api/cds/patient-risk?patient_id={patient_id}", None,
+         {"anonymous": 401, "stranger": 403, "receptionist": 200, "doctor": 200,
+          "nurse": 200, "admin": 200}),
+        ("GET", "/api/cds/feedback/summary", None,
+         {"anonymous": 401, "stranger": 403, "doctor": 403, "admin": 200}),
+        ("GET", "/api/cds/feedback", None,
+         {"anonymous": 401, "stranger": 403, "doctor": 403, "admin": 200}),
+    ]
+    wrong = []
+    for method, path, body, expected in routes:
+        for role, headers in roles.items():
+            want = expected.get(role, expected["stranger"])
+            response = await client.request(method, path, json=body, headers=headers)
+            if response.status_code != want:
+                wrong.append(f"{role} {method} {path}: {response.status_code}, expected {want}")
+    assert not wrong, "\n".join(wrong)
+    # what each may see of the adverse events: the organization's clinicians all of them
+    seen = {role: (await client.get("/api/cds/adverse-events", headers=headers)).json()
+            for role, headers in roles.items() if role in ("doctor", "receptionist", "stranger")}
+    assert [seen[r]["meta"]["total"] for r in ("doctor", "receptionist", "stranger")] == [
+        3, 0, 0]
+    risk = await client.get(f"/api/cds/patient-risk?patient_id={patient_id}",
+                            headers=receptionist["headers"])
+    assert risk.json()["data"]["current_medications"] == []
+    assert risk.json()["data"]["adverse_events"] == []
