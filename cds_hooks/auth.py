@@ -128,6 +128,7 @@ class ClientVerifier:
     replay: ReplayGuard
     cache_seconds: float = 3600.0
     _fetched: dict[str, tuple[float, JSON]] = field(default_factory=dict)
+    _keys: dict[tuple[str, str, str], PyJWK] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, config: Mapping[str, Mapping[str, Any]], http: httpx.AsyncClient,
@@ -136,21 +137,28 @@ class ClientVerifier:
         clients = {iss: CdsClient.from_config(iss, c) for iss, c in config.items()}
         return cls(clients, http, ReplayGuard(redis_url), cache_seconds)
 
-    def claims_issuer(self, token: str) -> str | None:
-        """The ``iss`` of an (unverified) JWT when it names a configured client; None for
-        anything else (another kind of token, an unknown issuer)."""
+    def peek(self, token: str) -> tuple[JSON, JSON] | None:
+        """(header, claims) of a JWT whose unverified ``iss`` names a configured client;
+        None for anything else (another kind of token, an unknown issuer)."""
         try:
-            iss = jwt.decode(token, options={"verify_signature": False}).get("iss")
+            decoded = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
         except jwt.PyJWTError:
             return None
-        return str(iss) if iss in self.clients else None
+        return (decoded["header"], decoded["payload"]) \
+            if decoded["payload"].get("iss") in self.clients else None
 
-    async def verify(self, token: str, audiences: Sequence[str]) -> VerifiedClient:
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
-        except jwt.PyJWTError as exc:
-            raise refused(f"The bearer token is not a JWT: {exc}") from None
+    async def verify(self, token: str, audiences: Sequence[str],
+                     peeked: tuple[JSON, JSON] | None = None) -> VerifiedClient:
+        """The client of a valid token (401 otherwise); ``peeked`` is :meth:`peek`'s
+        answer when the caller already has it (the token is decoded once)."""
+        if peeked is None:
+            try:
+                decoded = jwt.api_jwt.decode_complete(token,
+                                                      options={"verify_signature": False})
+            except jwt.PyJWTError as exc:
+                raise refused(f"The bearer token is not a JWT: {exc}") from None
+            peeked = decoded["header"], decoded["payload"]
+        header, unverified = peeked
         alg = header.get("alg")
         if alg not in ALGORITHMS:
             raise refused(f"alg {alg!r} is not accepted (use one of {', '.join(ALGORITHMS)})")
@@ -185,10 +193,13 @@ class ClientVerifier:
             found = _matching(await self._jwks(client, True), kid, alg)
         if len(found) != 1:
             raise refused(f"No single key of the issuer matches kid {kid!r} for {alg}")
-        try:
-            return PyJWK(found[0], algorithm=alg)
-        except jwt.PyJWTError as exc:
-            raise refused(f"The issuer's key {kid!r} is not usable: {exc}") from None
+        cache_key = (client.iss, alg, json.dumps(found[0], sort_keys=True))
+        if cache_key not in self._keys:  # parsing a JWK costs more than a verification
+            try:
+                self._keys[cache_key] = PyJWK(found[0], algorithm=alg)
+            except jwt.PyJWTError as exc:
+                raise refused(f"The issuer's key {kid!r} is not usable: {exc}") from None
+        return self._keys[cache_key]
 
     async def _jwks(self, client: CdsClient, refresh: bool) -> JSON:
         uri = client.jwks_uri or ""

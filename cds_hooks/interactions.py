@@ -137,11 +137,15 @@ class InteractionEntry(BaseModel):
     version: str = "1"
 
     def matches(self, first: Medication, second: Medication) -> bool:
-        if self.systemic_only and (first.topical or second.topical):
-            return False
-        a, b = self.a.tags(), self.b.tags()
-        one, two = first.tags(), second.tags()
-        return bool((a & one and b & two) or (a & two and b & one))
+        return _pair_matches(self, self.a.tags(), self.b.tags(), first, second)
+
+
+def _pair_matches(entry: InteractionEntry, a: frozenset[str], b: frozenset[str],
+                  first: Medication, second: Medication) -> bool:
+    if entry.systemic_only and (first.topical or second.topical):
+        return False
+    one, two = first.tags(), second.tags()
+    return bool((a & one and b & two) or (a & two and b & one))
 
 
 @dataclass(frozen=True)
@@ -171,23 +175,27 @@ def seed_entries() -> list[InteractionEntry]:
 class InteractionTable:
     entries: list[InteractionEntry]
 
+    def __post_init__(self) -> None:
+        # Each active entry with its two groups' tags, computed once per table.
+        self._active = [(e, e.a.tags(), e.b.tags()) for e in self.entries
+                        if e.status == "active"]
+
     def active(self) -> list[InteractionEntry]:
-        return [e for e in self.entries if e.status == "active"]
+        return [e for e, _, _ in self._active]
 
     def find(self, drafts: Sequence[Medication], current: Sequence[Medication] = ()
              ) -> list[Finding]:
         """Interactions of each draft with the other drafts and with the current
         medications, most severe first."""
-        entries = self.active()
         findings: list[Finding] = []
         seen: set[tuple[str, frozenset[str]]] = set()
         pairs = [(d, o) for i, d in enumerate(drafts) for o in [*drafts[i + 1:], *current]]
         for first, second in pairs:
             if not first.tags() or not second.tags() or first.same_drug(second):
                 continue  # the same drug twice is a duplicate order, not an interaction
-            for entry in entries:
+            for entry, a, b in self._active:
                 key = (entry.key, frozenset({first.name, second.name}))
-                if key not in seen and entry.matches(first, second):
+                if key not in seen and _pair_matches(entry, a, b, first, second):
                     seen.add(key)
                     findings.append(Finding(entry, (first, second)))
         findings.sort(key=lambda f: SEVERITY_RANK[f.entry.severity])

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -45,12 +45,16 @@ class Medication:
     reference: str | None = None  # "MedicationRequest/<id>" when it is a resource
     draft: bool = False  # a draft order (checked), not a current medication
 
+    @cached_property
+    def _tags(self) -> frozenset[str]:
+        own = {self.rxcui} if self.rxcui else set()
+        return self.ingredients | own | {f"class:{c}" for c in self.classes}
+
     def tags(self) -> frozenset[str]:
         """What interaction entries match: ingredients, classes, and the RxNorm code
         itself (an entry an administrator added may name an ingredient the shipped
         vocabulary does not know)."""
-        own = {self.rxcui} if self.rxcui else set()
-        return self.ingredients | own | {f"class:{c}" for c in self.classes}
+        return self._tags
 
     def same_drug(self, other: Medication) -> bool:
         if self.ingredients or other.ingredients:

@@ -201,10 +201,11 @@ async def authenticate(request: Request, services: Services, runtime: CdsRuntime
     if scheme.lower() != "bearer" or not token:
         raise CdsError(401, "Authorization must be 'Bearer <JWT>'",
                        headers={"WWW-Authenticate": "Bearer"})
-    if not token.startswith("v4.") and runtime.verifier.claims_issuer(token) is not None:
+    peeked = None if token.startswith("v4.") else runtime.verifier.peek(token)
+    if peeked is not None:
         audiences = {services.settings.public_base_url + request.url.path,
                      str(request.url.remove_query_params(list(request.query_params)))}
-        verified = await runtime.verifier.verify(token, sorted(audiences))
+        verified = await runtime.verifier.verify(token, sorted(audiences), peeked)
         client = verified.client
         return CdsCaller(client.iss, ClientAccess(client) if client.organizations else None)
     principal = await _platform_principal(services, token)
