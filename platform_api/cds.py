@@ -15,7 +15,8 @@ Who may call: a CDS client's JWT (:mod:`cds_hooks.auth`, issuers of
 or nobody when ``HEALTHPLATFORM_CDS_ALLOW_ANONYMOUS`` (local testing). Where prefetch
 comes from: the request's ``fhirServer`` — this server's own /fhir is read in-process
 with the access its ``fhirAuthorization`` token grants, another server over HTTP with
-that token — else this store as the caller may see it (a user's grants; a client's
+that token (for CDS clients only: an app user's call may not make this server fetch a
+URL of its choosing) — else this store as the caller may see it (a user's grants; a client's
 configured organizations, read-only); with none of those, missing prefetch is a 412.
 
 **/api/cds** (the envelope):
@@ -186,6 +187,10 @@ async def start_cds(services: Services) -> CdsRuntime:
 class CdsCaller:
     name: str
     access: Access | None  # what it may read from this store when no fhirServer is given
+    # Whether this server may fetch prefetch from another FHIR server for it: CDS clients
+    # (and anonymous local testing) name their own; an app user may not make this server
+    # call arbitrary URLs (server-side request forgery).
+    remote_fhir: bool = True
 
 
 async def authenticate(request: Request, services: Services, runtime: CdsRuntime
@@ -209,7 +214,8 @@ async def authenticate(request: Request, services: Services, runtime: CdsRuntime
         client = verified.client
         return CdsCaller(client.iss, ClientAccess(client) if client.organizations else None)
     principal = await _platform_principal(services, token)
-    return CdsCaller(principal.user_id, await services.policy.access(principal, FHIR_DOOR))
+    return CdsCaller(principal.user_id, await services.policy.access(principal, FHIR_DOOR),
+                     remote_fhir=False)
 
 
 async def _platform_principal(services: Services, token: str) -> Any:
@@ -233,6 +239,9 @@ async def prefetch_source(request: Request, services: Services, runtime: CdsRunt
     token = authorization.access_token if authorization else None
     if hook.fhirServer is not None:
         if not _this_fhir_server(hook.fhirServer, request, services):
+            if not caller.remote_fhir:
+                return UnavailableSource("an app's call may only name this server's FHIR "
+                                         "API as fhirServer")
             return RemoteSource(runtime.http, hook.fhirServer, token)
         if token is None:
             return UnavailableSource("this server's FHIR API needs fhirAuthorization")

@@ -295,6 +295,18 @@ async def test_prefetch_is_fetched_from_the_clients_fhir_server(client, remote_f
     assert (await call(client, path, body)).status_code == 412
 
 
+async def test_an_app_user_cannot_make_the_server_fetch_another_url(client, user,
+                                                                   remote_fhir) -> None:
+    stand_in, base = remote_fhir
+    authorization = {"access_token": "ehr-token-for-cds", "token_type": "Bearer",
+                     "expires_in": 300, "scope": "patient/*.read", "subject": "cds"}
+    body = sign_request("1288992", fhirServer=base, fhirAuthorization=authorization)
+    response = await call(client, "/cds-services/drug-interactions", body, user["headers"])
+    assert response.status_code == 412
+    assert "this server's FHIR API" in response.json()["issue"][0]["diagnostics"]
+    assert stand_in.queries == []
+
+
 # --- other services through the hooks ------------------------------------------------------
 async def test_order_sign_hook_runs_interactions_and_allergies_together(client) -> None:
     penicillin = {"resourceType": "AllergyIntolerance", "id": "a1", "criticality": "high",
