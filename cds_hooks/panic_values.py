@@ -206,33 +206,40 @@ def event_payload(observation: JSON, finding: PanicFinding, flag_id: str) -> JSO
             "effective": observation.get("effectiveDateTime"), "detected_at": now_instant()}
 
 
-async def flag_critical_results(fhir: CallerFhir, observation: JSON, table: PanicTable
-                                ) -> list[str]:
+async def flag_critical_results(fhir: CallerFhir, observation: JSON, table: PanicTable, *,
+                                updated: bool = False) -> list[str]:
     """Raise a Flag (and the event) for each critical value of a patient's Observation
-    that has none yet; mark flags of values no longer critical inactive. The ids of the
-    flags created."""
+    that has none yet; on an ``updated`` result, mark the flags of values no longer
+    critical inactive. The ids of the flags created. Nothing is written (no unit of
+    work) for a result with nothing to flag: this runs on every stored Observation."""
     if patient_of(observation) is None or observation.get("status") not in CHECKED_STATUSES:
         return []
     findings = table.check_observation(observation)
+    critical = [f for f in findings if f.critical]
+    stale: list[JSON] = []
+    if updated:
+        for finding in (f for f in findings if not f.critical):
+            # (R4 has no status search parameter on Flag)
+            stale += [flag for flag in await fhir.search("Flag", [("identifier", _flag_token(
+                observation, finding))]) if flag.get("status") == "active"]
+    if not critical and not stale:
+        return []
     created: list[str] = []
     unit = fhir.unit()
     async with unit:
-        for finding in findings:
-            identifier = f"{FLAG_SYSTEM}|{flag_identifier(observation['id'], finding.limit.loinc)}"
-            if finding.critical:
-                staged = await unit.create(flag_for(observation, finding),
-                                           if_none_exist=[("identifier", identifier)])
-                unit.after_writes(_emit_when_created(staged, observation, finding, created))
-            else:
-                # (R4 has no status search parameter on Flag)
-                for flag in await fhir.search("Flag", [("identifier", identifier)]):
-                    if flag.get("status") != "active":
-                        continue
-                    await unit.update({**flag, "status": "inactive",
-                                       "period": {**flag.get("period", {}),
-                                                  "end": now_instant()}})
+        for finding in critical:
+            staged = await unit.create(flag_for(observation, finding), if_none_exist=[
+                ("identifier", _flag_token(observation, finding))])
+            unit.after_writes(_emit_when_created(staged, observation, finding, created))
+        for flag in stale:
+            await unit.update({**flag, "status": "inactive",
+                               "period": {**flag.get("period", {}), "end": now_instant()}})
         await unit.commit()
     return created
+
+
+def _flag_token(observation: JSON, finding: PanicFinding) -> str:
+    return f"{FLAG_SYSTEM}|{flag_identifier(observation['id'], finding.limit.loinc)}"
 
 
 def _emit_when_created(staged: Any, observation: JSON, finding: PanicFinding,

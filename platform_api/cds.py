@@ -110,6 +110,7 @@ from platform_api.envelope import (
     JSONResponse,
     PageEnvelope,
     Pagination,
+    conflict,
     created,
     ok,
     pagination,
@@ -175,7 +176,8 @@ async def start_cds(services: Services) -> CdsRuntime:
         if stored is None or stored.deleted:
             return
         await flag_critical_results(CallerFhir(services.fhir, SYSTEM),
-                                    orjson.loads(stored.body), runtime.panic)
+                                    orjson.loads(stored.body), runtime.panic,
+                                    updated=event.get("topic") == RESOURCE_EVENTS[1])
 
     for topic in RESOURCE_EVENTS:
         services.bus.subscribe(topic, check_result)
@@ -435,16 +437,21 @@ async def upsert_interaction(body: InteractionEntry, ctx: ApiContext = Depends(a
     plan = entry_to_plan_definition(entry, now_instant())
     unit = ctx.unit()
     async with unit:
-        if current is None:
-            staged = await unit.create(plan, expected_type="PlanDefinition")
+        if current is None:  # two administrators adding the same key at once: one wins
+            staged = await unit.create(plan, expected_type="PlanDefinition", if_none_exist=[
+                ("identifier", f"{ENTRY_SYSTEM}|{entry.key}")])
         else:
             staged = await unit.update({**plan, "id": current["id"]},
                                        if_match=int(current["meta"]["versionId"]))
-        unit.emit("platform.cds.interaction_changed",
-                  {"key": entry.key, "version": entry.version, "severity": entry.severity,
-                   "status": entry.status, "plan_definition_id": staged.id,
-                   "changed_by": ctx.principal.user_id}, source_service="cds")
+        payload = {"key": entry.key, "version": entry.version, "severity": entry.severity,
+                   "status": entry.status, "changed_by": ctx.principal.user_id}
+        unit.after_writes(lambda staging: None if staged.existing else staging.emit(
+            "platform.cds.interaction_changed", {**payload, "plan_definition_id": staged.id},
+            source_service="cds"))
         await unit.commit()
+    if staged.existing:
+        raise conflict("ENTRY_CHANGED", f"The entry {entry.key!r} was added meanwhile; send "
+                       "the change again")
     view = _entry_view(entry, staged_body(staged))
     return created(view) if current is None else ok(view)
 

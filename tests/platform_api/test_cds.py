@@ -487,6 +487,11 @@ async def test_the_check_includes_a_visible_patients_current_medications(client)
 
 async def test_administrators_upsert_versioned_interaction_entries(app, client, user) -> None:
     admin = await make_admin(app, client)
+    changes: list[JSON] = []
+
+    async def collect(event: JSON) -> None:
+        changes.append(event["payload"])
+    app.state.services.bus.subscribe("platform.cds.interaction_changed", collect)
     entry = {"key": "warfarin-metronidazole", "title": "Warfarin + metronidazole",
              "severity": "high", "a": {"ingredients": ["11289"]}, "b": {"ingredients": ["6922"]},
              "description": "Metronidazole inhibits warfarin metabolism: INR rises.",
@@ -520,6 +525,11 @@ async def test_administrators_upsert_versioned_interaction_entries(app, client, 
     changed = await client.post("/api/cds/drug-interactions", headers=admin["headers"],
                                 json=seed)
     assert (changed.status_code, changed.json()["data"]["version"]) == (201, "2")
+    await app.state.services.bus.drain()
+    assert [(c["key"], c["version"], c["status"]) for c in changes] == [
+        ("warfarin-metronidazole", "1", "active"), ("warfarin-metronidazole", "2", "retired"),
+        ("warfarin-nsaids", "2", "active")]
+    assert changes[0]["plan_definition_id"] == plan_id
     invalid = await client.post("/api/cds/drug-interactions", headers=admin["headers"],
                                 json={**entry, "b": {"classes": ["beta-blockers"]}})
     assert (invalid.status_code, invalid.json()["error"]["field"]) == (422, "b.classes")
