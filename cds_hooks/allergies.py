@@ -169,4 +169,6 @@ SERVICE = CdsService(
                 "AllergyIntolerances by ingredient and cross-reacting drug class "
                 "(an amoxicillin allergy rules out every penicillin).",
     prefetch={"allergies": "AllergyIntolerance?patient={{context.patientId}}"},
+    usage_requirements="Draft MedicationRequests coded with RxNorm (or named in text); the "
+                       "patient's AllergyIntolerances by prefetch or FHIR access (else 412).",
     run=allergy_service)

@@ -416,4 +416,7 @@ SERVICE = CdsService(
         "statements": "MedicationStatement?patient={{context.patientId}}"
                       f"&status={ACTIVE_STATEMENT_STATUSES}",
     },
+    usage_requirements="Draft MedicationRequests coded with RxNorm (or named in text). The "
+                       "patient's active medications come from prefetch, or are read with "
+                       "fhirServer + fhirAuthorization; without either the call is a 412.",
     run=interaction_service)

@@ -365,4 +365,7 @@ SERVICE = CdsService(
         "conditions": "Condition?patient={{context.patientId}}&code="
                       + ",".join(tables()["scale_2_conditions"]["codes"]),
     },
+    usage_requirements="Vital-sign Observations coded with LOINC (respiration rate, SpO2, "
+                       "inhaled oxygen, systolic pressure, pulse, level of responsiveness, "
+                       "temperature) by prefetch or FHIR access (else 412).",
     run=news2_service)

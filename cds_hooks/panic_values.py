@@ -284,4 +284,6 @@ SERVICE = CdsService(
                 "stored, by HL7v2 or FHIR).",
     # R4 Flag has no status search parameter: the active ones are picked here.
     prefetch={"flags": "Flag?patient={{context.patientId}}"},
+    usage_requirements="The patient's Flags by prefetch or FHIR access (else 412); flags "
+                       "are raised by this server when it stores a critical result.",
     run=critical_results_service)

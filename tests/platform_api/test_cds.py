@@ -135,7 +135,8 @@ async def test_discovery_is_public_and_lists_every_service_per_hook(client) -> N
         ("allergy-conflicts", "order-sign"), ("news2", "patient-view"),
         ("news2", "encounter-start"), ("critical-results", "patient-view")}
     for service in services:
-        assert all(isinstance(service[k], str) for k in ("hook", "title", "description", "id"))
+        assert all(isinstance(service[k], str) for k in ("hook", "title", "description", "id",
+                                                         "usageRequirements"))
         assert all("{{context.patientId}}" in q for q in service["prefetch"].values())
 
 
