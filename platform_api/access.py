@@ -153,9 +153,11 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     **_fhir_rules(),
     # CDS Hooks 2.0 routes the spec's operation list leaves out (it lists discovery and
     # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
-    # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators.
+    # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators; the
+    # interaction table for whoever may check interactions (the knowledge is no secret).
     ("POST", "/cds-services/{}"): Rule(CDS_JWT, limit="write"),
     ("POST", "/cds-services/{}/feedback"): Rule(CDS_JWT, limit="write"),
+    ("GET", "/api/cds/drug-interactions"): Rule(AUTHENTICATED, scope="cds:read", limit="read"),
     ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
     ("GET", "/api/cds/feedback/summary"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
                                                limit="read"),

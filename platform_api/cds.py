@@ -456,6 +456,22 @@ async def upsert_interaction(body: InteractionEntry, ctx: ApiContext = Depends(a
     return created(view) if current is None else ok(view)
 
 
+@router.get("/api/cds/drug-interactions", response_model=PageEnvelope[InteractionEntryView],
+            summary="The interaction table: the shipped entries and those administrators "
+                    "added or changed")
+async def list_interactions(
+        status: Annotated[Literal["active", "retired"] | None, Query()] = None,
+        page: Pagination = Depends(pagination), ctx: ApiContext = Depends(api_context)) -> Any:
+    """The table a check uses (seed overlaid with the stored PlanDefinitions, by key)."""
+    plans = {entry_from_plan_definition(p).key: p
+             for p in await knowledge(ctx.services.fhir).stored_plans()}
+    table = await knowledge(ctx.services.fhir).table()
+    entries = sorted((e for e in table.entries if status is None or e.status == status),
+                     key=lambda e: e.key)
+    chosen = entries[page.offset:page.offset + page.limit]
+    return page.respond([_entry_view(e, plans.get(e.key)) for e in chosen], len(entries))
+
+
 # -- /api/cds: early warning score ---------------------------------------------------------------
 class VitalsIn(BaseModel):
     respiration_rate: float | None = Field(default=None, ge=0, le=100, examples=[22])

@@ -531,6 +531,16 @@ async def test_administrators_upsert_versioned_interaction_entries(app, client, 
         ("warfarin-metronidazole", "1", "active"), ("warfarin-metronidazole", "2", "retired"),
         ("warfarin-nsaids", "2", "active")]
     assert changes[0]["plan_definition_id"] == plan_id
+    table = await client.get("/api/cds/drug-interactions?limit=100", headers=user["headers"])
+    listed = {e["key"]: e for e in table.json()["data"]}
+    assert table.json()["meta"]["total"] == 21
+    assert (listed["warfarin-nsaids"]["version"], listed["warfarin-nsaids"]["origin"]) == (
+        "2", "stored")
+    assert listed["digoxin-cyclosporine"]["origin"] == "seed"
+    assert listed["warfarin-nsaids"]["source"]["label"].startswith("US FDA")
+    retired = await client.get("/api/cds/drug-interactions?status=retired",
+                               headers=user["headers"])
+    assert [e["key"] for e in retired.json()["data"]] == ["warfarin-metronidazole"]
     invalid = await client.post("/api/cds/drug-interactions", headers=admin["headers"],
                                 json={**entry, "b": {"classes": ["beta-blockers"]}})
     assert (invalid.status_code, invalid.json()["error"]["field"]) == (422, "b.classes")
