@@ -95,10 +95,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
                "a 401 tells the client to log in.",
     ),
     ("POST", "/cds-hooks/:hook_id"): Rule(
-        CDS_JWT, limit="write",
+        CDS_JWT, limit="read",
         reason="CDS Hooks 2.0: the caller is a CDS client (an EHR) whose JWT the handler "
                "verifies against HEALTHPLATFORM_CDS_CLIENTS (or an app's access token); "
-               "errors are CDS Hooks OperationOutcomes, not the /api envelope.",
+               "errors are CDS Hooks OperationOutcomes, not the /api envelope. Budgeted "
+               "per address as reads (a call writes nothing; one EHR serves a whole "
+               "hospital from one address).",
     ),
     ("POST", "/api/auth/mfa/challenge"): Rule(
         MFA_TOKEN, limit="login",
@@ -155,7 +157,7 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
     # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators; the
     # interaction table for whoever may check interactions (the knowledge is no secret).
-    ("POST", "/cds-services/{}"): Rule(CDS_JWT, limit="write"),
+    ("POST", "/cds-services/{}"): Rule(CDS_JWT, limit="read"),
     ("POST", "/cds-services/{}/feedback"): Rule(CDS_JWT, limit="write"),
     ("GET", "/api/cds/drug-interactions"): Rule(AUTHENTICATED, scope="cds:read", limit="read"),
     ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
