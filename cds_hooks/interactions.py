@@ -394,12 +394,23 @@ def finding_card(finding: Finding) -> Card:
                 links=source_link(entry.source.label, entry.source.url))
 
 
+def unselected_drafts(inv: Invocation) -> list[Medication]:
+    """On order-select, the session's other draft orders: a selection is checked against
+    them as against current medications (they are not checked again themselves)."""
+    context = inv.context
+    if not isinstance(context, OrderSelectContext):
+        return []
+    chosen = {id(r) for r in context.selected()}
+    return medications_of([r for r in context.orders() if id(r) not in chosen], draft=True)
+
+
 async def interaction_service(inv: Invocation) -> CdsResponse:
     drafts = draft_medications(inv)
     if not drafts:
         return CdsResponse()
     table: InteractionTable = await inv.interaction_table()
-    findings = table.find(drafts, current_from_prefetch(inv, drafts))
+    others = [*unselected_drafts(inv), *current_from_prefetch(inv, drafts)]
+    findings = table.find(drafts, others)
     return CdsResponse(cards=[finding_card(f) for f in findings])
 
 

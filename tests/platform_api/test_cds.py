@@ -191,6 +191,24 @@ async def test_warfarin_and_ibuprofen_yield_a_critical_card_that_removes_the_dra
     uuid.UUID(card["uuid"])
 
 
+async def test_order_select_checks_the_selection_against_the_other_draft_orders(client
+                                                                                ) -> None:
+    drafts = draft_bundle(medication_request("1288992", WARFARIN, status="draft",
+                                             request_id="draft-warfarin"),
+                          medication_request("1288992", IBUPROFEN, status="draft",
+                                             request_id="draft-ibuprofen"))
+    empty = {"resourceType": "Bundle", "type": "searchset", "entry": []}
+    context = {"userId": "Practitioner/otieno", "patientId": "1288992",
+               "selections": ["MedicationRequest/draft-ibuprofen"], "draftOrders": drafts}
+    path = "/cds-services/drug-interactions"
+    response = await call(client, path, hook_request(
+        "order-select", context, {"medications": empty, "statements": empty}))
+    [card] = response.json()["cards"]
+    assert card["indicator"] == "critical"
+    assert {a["resourceId"] for s in card["suggestions"] for a in s["actions"]} == {
+        "MedicationRequest/draft-ibuprofen", "MedicationRequest/draft-warfarin"}
+
+
 async def test_prefetch_supplied_and_resolved_from_the_store_give_the_same_cards(client
                                                                                  ) -> None:
     doctor, patient_id = await clinic_with_patient(client)
