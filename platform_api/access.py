@@ -56,6 +56,9 @@ PUBLIC = "public"  # no credentials
 AUTHENTICATED = "authenticated"  # a user's token or an API key (see Rule.roles, .scope)
 WEBHOOK = "webhook"  # no token: the handler verifies the sender's signature
 MFA_TOKEN = "mfa-token"  # the MFA token a login returned (Bearer mfa_…)
+# CDS Hooks: the handler authenticates the bearer itself (a CDS client's JWT, CDS Hooks 2.0
+# "Trusting CDS Clients", or an access token) and answers in CDS Hooks' own terms.
+CDS_JWT = "cds-jwt"
 
 PLATFORM_ADMINS = frozenset({SUPER_ADMIN, APP_ADMIN})
 SUPER_ADMINS = frozenset({SUPER_ADMIN})
@@ -99,6 +102,14 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
         AUTHENTICATED, limit="read",
         reason="The spec marks it Public, but without a token there is no current user; "
                "a 401 tells the client to log in.",
+    ),
+    ("POST", "/cds-hooks/:hook_id"): Rule(
+        CDS_JWT, limit="read",
+        reason="CDS Hooks 2.0: the caller is a CDS client (an EHR) whose JWT the handler "
+               "verifies against HEALTHPLATFORM_CDS_CLIENTS (or an app's access token); "
+               "errors are CDS Hooks OperationOutcomes, not the /api envelope. Budgeted "
+               "per address as reads (a call writes nothing; one EHR serves a whole "
+               "hospital from one address).",
     ),
     ("POST", "/api/auth/mfa/challenge"): Rule(
         MFA_TOKEN, limit="login",
@@ -231,6 +242,16 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/patients/{}/dsr/{}/reject"): Rule(
         AUTHENTICATED, roles=PLATFORM_ADMINS, limit="write",
         reason="The refusal of an erasure request, with its reason (see approve)."),
+    # CDS Hooks 2.0 routes the spec's operation list leaves out (it lists discovery and
+    # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
+    # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators; the
+    # interaction table for whoever may check interactions (the knowledge is no secret).
+    ("POST", "/cds-services/{}"): Rule(CDS_JWT, limit="read"),
+    ("POST", "/cds-services/{}/feedback"): Rule(CDS_JWT, limit="write"),
+    ("GET", "/api/cds/drug-interactions"): Rule(AUTHENTICATED, scope="cds:read", limit="read"),
+    ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
+    ("GET", "/api/cds/feedback/summary"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
+                                               limit="read"),
 }
 
 
@@ -521,7 +542,7 @@ class AccessMiddleware:
         state["access_rule"] = rule  # authenticate_request reads it (API keys, see there)
         auth = self._auth or self._bind(scope["app"])
         ip = client_origin(scope).address or "unknown"
-        if rule.access == PUBLIC or rule.access == WEBHOOK:
+        if rule.access in (PUBLIC, WEBHOOK, CDS_JWT):
             return await self._spend(auth, rule.limit, self._anonymous(auth, scope, ip))
         credentials = _credentials(scope)
         if rule.access == MFA_TOKEN:

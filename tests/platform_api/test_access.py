@@ -17,6 +17,7 @@ from fastapi import Depends
 from platform_api.access import (
     ACCESS_TABLE,
     AUTHENTICATED,
+    CDS_JWT,
     MFA_TOKEN,
     OVERRIDES,
     PUBLIC,
@@ -168,7 +169,7 @@ async def test_without_credentials_protected_routes_answer_401_and_public_ones_d
     for method, path, rule in cases(app):
         response = await client.request(method, path)
         challenged = "bearer" in response.headers.get("www-authenticate", "").lower()
-        if rule.access in (AUTHENTICATED, MFA_TOKEN):
+        if rule.access in (AUTHENTICATED, MFA_TOKEN, CDS_JWT):
             if response.status_code != 401 or not challenged:
                 wrong.append(f"{method} {path}: {response.status_code}, expected 401")
         elif rule.access == PUBLIC and response.status_code in (401, 403):

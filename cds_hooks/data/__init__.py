@@ -1,0 +1,1 @@
+"""Knowledge shipped as data: drug vocabulary, interaction table, panic values, NEWS2."""
