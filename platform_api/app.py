@@ -35,7 +35,7 @@ from platform_api.auth.service import AuthService
 from platform_api.body_limit import BodyLimitMiddleware
 from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
-from platform_api.events import EventBus
+from platform_api.events import bus_from_settings
 from platform_api.housekeeping import Housekeeping
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.policy import FHIR_DOOR, Policy
@@ -225,7 +225,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store = store_from_url(settings.store_url)
     fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
     auth = AuthService(settings, store, fhir=fhir)
-    bus = EventBus(store)
+    bus = bus_from_settings(
+        store, settings.event_bus, namespace=settings.event_bus_namespace,
+        max_attempts=settings.event_bus_max_attempts,
+        backoff=tuple(settings.event_bus_backoff_seconds),
+        ack_wait=settings.event_bus_ack_wait_seconds,
+        stream_max_age=settings.event_bus_stream_max_age_days * 24 * 3600)
     policy = Policy(fhir, store, ttl=auth.recheck_seconds)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus,
                         policy=policy)
