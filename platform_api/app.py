@@ -27,7 +27,17 @@ from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, build_fhir_routes, openapi_paths
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
-from platform_api import admin, dead_letters, developer_keys, health, labs, organizations, patients
+from platform_api import (
+    admin,
+    dead_letters,
+    developer_keys,
+    health,
+    labs,
+    organizations,
+    patients,
+    payments,
+    webhooks,
+)
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
 from platform_api.auth.routes import router as auth_router
@@ -235,6 +245,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus,
                         policy=policy)
     housekeeping = Housekeeping(store, settings)
+    webhooks.install(services)
+    payments.install(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -244,11 +256,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         housekeeping.start()
+        await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
             await housekeeping.stop()
+            await payments.stop(services)
             if mllp is not None:
                 await mllp.close()
             await auth.stop()
@@ -280,6 +294,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(labs.router)
     app.include_router(dead_letters.router)
+    app.include_router(webhooks.router)
+    app.include_router(payments.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)

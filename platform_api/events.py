@@ -201,14 +201,15 @@ class Deliveries:
             await uow.commit()
 
     async def dead_letter(self, event: Event | bytes | str, error: str,
-                          consumer: str | None = None) -> str:
-        """Keep a failed event (or undecodable text, kept as it came); the entry's id."""
+                          consumer: str | None = None, *, topic: str | None = None) -> str:
+        """Keep a failed event (or undecodable text, kept as it came, under ``topic``
+        when known); the entry's id."""
         entry_id = str(uuid.uuid4())
         if isinstance(event, dict):
             original = orjson.dumps(event).decode()
             event_id, topic = event.get("id"), event.get("topic")
         else:
-            original, event_id, topic = raw_text(event), None, None
+            original, event_id = raw_text(event), None
         async with self.store.unit_of_work() as uow:
             uow.put_document(DEAD_LETTERS, entry_id, {
                 "id": entry_id,
@@ -272,7 +273,7 @@ class InProcessTransport:
                 batches[subscription].append(i)
         failed = await asyncio.gather(*(self._consume(s, [events[i] for i in indexes])
                                         for s, indexes in batches.items()))
-        for (subscription, indexes), failures in zip(batches.items(), failed, strict=True):
+        for indexes, failures in zip(batches.values(), failed, strict=True):
             for i in indexes:
                 if events[i]["id"] in failures:
                     delivered[i] = False

@@ -220,7 +220,7 @@ class NatsTransport:
         while True:
             try:
                 messages = await pull.fetch(self.fetch_batch, timeout=FETCH_WAIT_SECONDS)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except asyncio.CancelledError:
                 raise

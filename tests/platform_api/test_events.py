@@ -144,7 +144,7 @@ async def test_the_short_envelope_is_accepted_and_a_mistyped_one_is_a_dead_lette
     mistyped = {**short, "id": "evt-bad", "payload": "not an object"}
     assert await bus.deliver_raw(orjson.dumps(mistyped)) is False
     assert seen == ["evt-short"]
-    [(event_id, consumer, error)] = await dead_letters(store)
+    [(_, _, error)] = await dead_letters(store)
     assert error == "invalid event envelope: wrong type of payload"
     entry = (await store.find_documents(DEAD_LETTERS))[0]
     assert entry["original_payload"] == orjson.dumps(mistyped).decode()
