@@ -69,10 +69,12 @@ def serve(
     preload_validation()  # before tune_gc freezes it: see fhir_server.validation.preload
     tune_gc()
     tune_threads()
+    # proxy_headers=False: uvicorn would otherwise take X-Forwarded-For/-Proto from
+    # 127.0.0.1 as the truth; the app believes only HEALTHPLATFORM_TRUSTED_PROXIES.
     uvicorn.run(application, host=settings.http_host, port=settings.http_port,
                 loop="uvloop", http="httptools", access_log=False, log_level="warning",
                 log_config=None, ssl_certfile=settings.tls_cert_file or None,
-                ssl_keyfile=settings.tls_key_file or None)
+                ssl_keyfile=settings.tls_key_file or None, proxy_headers=False)
 
 
 @app.command("create-admin")
