@@ -70,21 +70,18 @@ async def _callback(request: Request, provider_name: str, order_id: str, token: 
         "order_id": order_id, "provider": provider_name, "callback": parse_json(body)})])
 
 
-@router.post("/api/payments/webhooks/mobile-money-a", response_model=Envelope[WebhookAck],
-             summary="Payment callback of provider A (STK push)")
-async def mobile_money_a_callback(
-    request: Request, order_id: str = Query("", max_length=64),
-    token: str = Query("", max_length=128),
-) -> Any:
-    return await _callback(request, "mobile-money-a", order_id, token,
-                           request_services(request).settings.mobile_money_a_callback_ips)
+def _mount(provider_name: str, allowed_setting: str, summary: str) -> None:
+    async def callback(request: Request, order_id: str = Query("", max_length=64),
+                       token: str = Query("", max_length=128)) -> Any:
+        allowed = getattr(request_services(request).settings, allowed_setting)
+        return await _callback(request, provider_name, order_id, token, allowed)
+    callback.__name__ = provider_name.replace("-", "_") + "_callback"
+    router.add_api_route(f"/api/payments/webhooks/{provider_name}", callback,
+                         methods=["POST"], response_model=Envelope[WebhookAck],
+                         summary=summary)
 
 
-@router.post("/api/payments/webhooks/mobile-money-b", response_model=Envelope[WebhookAck],
-             summary="Payment callback of provider B (request to pay)")
-async def mobile_money_b_callback(
-    request: Request, order_id: str = Query("", max_length=64),
-    token: str = Query("", max_length=128),
-) -> Any:
-    return await _callback(request, "mobile-money-b", order_id, token,
-                           request_services(request).settings.mobile_money_b_callback_ips)
+_mount("mobile-money-a", "mobile_money_a_callback_ips", "Payment callback of provider A "
+       "(STK push)")
+_mount("mobile-money-b", "mobile_money_b_callback_ips", "Payment callback of provider B "
+       "(request to pay)")
