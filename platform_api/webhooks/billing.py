@@ -43,6 +43,8 @@ from platform_api.envelope import Envelope
 from platform_api.events import Event, RejectedEvent, mark_handled
 from platform_api.services import Services, request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     TOPIC_PREFIX,
     Inbound,
     WebhookAck,
@@ -69,6 +71,7 @@ router = APIRouter(tags=["webhooks"])
 
 
 @router.post("/api/webhooks/billing", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="Billing platform events (Stripe-Signature)")
 async def billing_webhook(request: Request) -> Any:
     require_https(request, FAMILY)

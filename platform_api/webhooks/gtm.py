@@ -37,6 +37,8 @@ from platform_api.events import Event, RejectedEvent, mark_handled
 from platform_api.mailer import MAIL_LOG, SUPPRESSIONS, message_key
 from platform_api.services import Services, request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     TOPIC_PREFIX,
     Inbound,
     WebhookAck,
@@ -80,6 +82,7 @@ async def _signed_json(request: Request, secret: str, family: str, setting: str
 
 
 @router.post("/api/gtm/webhooks/email-delivery", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="E-mail delivery events (Standard Webhooks signature)")
 async def email_delivery_webhook(request: Request) -> Any:
     secret = request_services(request).settings.email_webhook_secret
@@ -92,6 +95,7 @@ async def email_delivery_webhook(request: Request) -> Any:
 
 
 @router.post("/api/gtm/webhooks/inbound", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="Inbound lead capture from external forms (Standard Webhooks signature)")
 async def inbound_lead_webhook(request: Request) -> Any:
     secret = request_services(request).settings.inbound_webhook_secret

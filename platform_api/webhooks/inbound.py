@@ -39,7 +39,7 @@ from starlette.requests import Request
 
 from fhir_server.clock import now_instant
 from fhir_server.store import DuplicateDocument
-from platform_api.envelope import ApiError, JSONResponse, ok
+from platform_api.envelope import ApiError, ErrorEnvelope, JSONResponse, ok
 from platform_api.services import Services, request_services
 from platform_api.settings import Settings
 
@@ -49,6 +49,20 @@ RECEIPTS = "webhook_receipts"
 TOPIC_PREFIX = "platform.webhook."
 SOURCE_SERVICE = "webhooks"
 JSON = dict[str, Any]
+
+
+# What the OpenAPI document says of every webhook route: its refusals, and a body that is
+# the platform's own JSON (read raw: the signature is over its bytes).
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorEnvelope, "description": "INVALID_SIGNATURE: unsigned, wrongly "
+          "signed or stale; nothing processed"},
+    403: {"model": ErrorEnvelope, "description": "HTTPS_REQUIRED (or ADDRESS_NOT_ALLOWED)"},
+    503: {"model": ErrorEnvelope, "description": "WEBHOOK_NOT_CONFIGURED: the secret is "
+          "not set; the platform retries later"},
+}
+PLATFORM_BODY: dict[str, Any] = {"requestBody": {"required": True, "description": "The "
+                                 "platform's notification, as it signed it", "content": {
+                                     "application/json": {"schema": {"type": "object"}}}}}
 
 
 class WebhookAck(BaseModel):
@@ -191,6 +205,6 @@ def parse_json(body: bytes) -> Any:
         raise ValueError(f"not JSON: {exc}") from None
 
 
-__all__ = ["RECEIPTS", "TOPIC_PREFIX", "Inbound", "WebhookAck", "accept", "configured",
-           "dead_letter_body", "networks", "parse_json", "refuse", "request_origin",
-           "require_https"]
+__all__ = ["PLATFORM_BODY", "RECEIPTS", "REFUSALS", "TOPIC_PREFIX", "Inbound", "WebhookAck",
+           "accept", "configured", "dead_letter_body", "networks", "parse_json", "refuse",
+           "request_origin", "require_https", "within"]

@@ -50,6 +50,8 @@ from platform_api.envelope import ApiError, Envelope
 from platform_api.events import Event, RejectedEvent, mark_handled
 from platform_api.services import Services, request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     TOPIC_PREFIX,
     Inbound,
     WebhookAck,
@@ -80,7 +82,8 @@ router = APIRouter(tags=["webhooks"])
 
 @router.get("/webhook", response_class=PlainTextResponse,
             summary="Messaging platform verification handshake",
-            responses={200: {"content": {"text/plain": {}}, "description": "hub.challenge"}})
+            responses={200: {"content": {"text/plain": {}}, "description": "hub.challenge"},
+                       403: REFUSALS[403], 503: REFUSALS[503]})
 async def messaging_handshake(
     request: Request,
     mode: str = Query("", alias="hub.mode"),
@@ -97,6 +100,7 @@ async def messaging_handshake(
 
 
 @router.post("/webhook", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="Messaging platform notifications (X-Hub-Signature-256)")
 async def messaging_webhook(request: Request) -> Any:
     require_https(request, FAMILY)

@@ -30,6 +30,8 @@ from platform_api.envelope import ApiError, Envelope
 from platform_api.payments.ledger import CALLBACK_TOPIC, PAYMENTS, providers_of, token_matches
 from platform_api.services import request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     Inbound,
     WebhookAck,
     accept,
@@ -78,7 +80,7 @@ def _mount(provider_name: str, allowed_setting: str, summary: str) -> None:
     callback.__name__ = provider_name.replace("-", "_") + "_callback"
     router.add_api_route(f"/api/payments/webhooks/{provider_name}", callback,
                          methods=["POST"], response_model=Envelope[WebhookAck],
-                         summary=summary)
+                         summary=summary, responses=REFUSALS, openapi_extra=PLATFORM_BODY)
 
 
 _mount("mobile-money-a", "mobile_money_a_callback_ips", "Payment callback of provider A "

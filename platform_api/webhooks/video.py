@@ -33,6 +33,8 @@ from livekit.protocol.webhook import WebhookEvent
 from platform_api.envelope import Envelope
 from platform_api.services import request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     Inbound,
     WebhookAck,
     accept,
@@ -50,6 +52,7 @@ router = APIRouter(tags=["webhooks"])
 
 
 @router.post("/api/webhooks/video", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="Video platform room events (signed JWT with the body's digest)")
 async def video_webhook(request: Request) -> Any:
     require_https(request, FAMILY)

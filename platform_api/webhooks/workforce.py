@@ -25,6 +25,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from platform_api.envelope import Envelope
 from platform_api.services import request_services
 from platform_api.webhooks.inbound import (
+    PLATFORM_BODY,
+    REFUSALS,
     Inbound,
     WebhookAck,
     accept,
@@ -74,6 +76,7 @@ def _first_error(exc: ValidationError) -> str:
 
 
 @router.post("/api/workforce/webhooks/leave-approved", response_model=Envelope[WebhookAck],
+             responses=REFUSALS, openapi_extra=PLATFORM_BODY,
              summary="Leave approved in an external HR system (Standard Webhooks signature)")
 async def leave_approved_webhook(request: Request) -> Any:
     require_https(request, FAMILY)
