@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -136,6 +137,15 @@ class Settings(BaseSettings):
     mobile_money_sweep_interval_seconds: float = Field(
         default=30.0, ge=0, description="Seconds between passes over overdue payments; 0: "
         "never")
+
+    @field_validator("trusted_proxies", "mobile_money_a_callback_ips",
+                     "mobile_money_b_callback_ips")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        """Addresses or networks, checked at start rather than at the first request."""
+        for entry in entries:
+            ipaddress.ip_network(entry.strip(), strict=False)  # ValueError names it
+        return entries
 
     @cached_property
     def store_url(self) -> str:

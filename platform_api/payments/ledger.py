@@ -26,6 +26,7 @@ from typing import Any
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
+from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
 from platform_api.events import Event, RejectedEvent, mark_handled
 from platform_api.payments.providers import (
     FAILED,
@@ -121,16 +122,34 @@ async def settle(services: Services, order_id: str, outcome: Outcome, *, via: st
                  event: Event | None = None, reference: str | None = None) -> JSON | None:
     """Move a payment to the outcome's state (when :data:`MOVES` allows), with its
     PaymentNotice, the ``platform.payments.<state>`` event and, for a consumer, its
-    handled record, in one commit; the payment after it, or ``None`` when unchanged."""
-    fhir = CallerFhir(services.fhir, SYSTEM)
-    payment = await services.store.get_document(PAYMENTS, order_id)
-    if payment is None:
+    handled record, in one commit; the payment after it, or ``None`` when unchanged.
+
+    A callback and the sweep (or two processes) may settle one payment at once: the
+    PaymentNotice's version is the lock. It is read *before* the payment document, so a
+    settlement committed in between makes this one's If-Match fail; it then runs again
+    and finds the payment moved."""
+    for attempt in range(2):
+        try:
+            return await _settle_once(services, order_id, outcome, via=via, event=event,
+                                      reference=reference)
+        except (VersionConflict, ConditionChanged):
+            if attempt:
+                raise
+    return None
+
+
+async def _settle_once(services: Services, order_id: str, outcome: Outcome, *, via: str,
+                       event: Event | None, reference: str | None) -> JSON | None:
+    store = services.store
+    first = await store.get_document(PAYMENTS, order_id)
+    if first is None:
         raise RejectedEvent(f"no payment for order {order_id}")
+    version = await _notice_version(services, first.get("payment_notice_id"))
+    payment = await store.get_document(PAYMENTS, order_id) or first
     target = outcome.state
-    allowed = target in MOVES.get(payment["state"], frozenset())
-    async with fhir.unit() as unit:
-        changed = None
-        if allowed:
+    changed = None
+    async with CallerFhir(services.fhir, SYSTEM).unit() as unit:
+        if target in MOVES.get(payment["state"], frozenset()):
             now = now_instant()
             changed = {**payment, "state": target, "updated_at": now,
                        "provider_reference": payment.get("provider_reference") or reference,
@@ -142,7 +161,7 @@ async def settle(services: Services, order_id: str, outcome: Outcome, *, via: st
             elif outcome.reason:
                 changed["failure_reason"] = outcome.reason
             unit.put_document(PAYMENTS, order_id, changed)
-            await _write_notice(services, unit, changed)
+            await _write_notice(services, unit, changed, version)
             unit.emit(f"platform.payments.{target}", {
                 "order_id": order_id, "provider": payment["provider"], "state": target,
                 "amount": payment["amount"], "currency": payment["currency"],
@@ -156,13 +175,23 @@ async def settle(services: Services, order_id: str, outcome: Outcome, *, via: st
     return changed
 
 
-async def _write_notice(services: Services, unit: Any, payment: JSON) -> None:
+async def _notice_version(services: Services, notice_id: str | None) -> int | None:
+    if notice_id is None:
+        return None
+    try:
+        return (await services.fhir.read("PaymentNotice", notice_id)).version
+    except (ResourceNotFound, ResourceGone):
+        return None
+
+
+async def _write_notice(services: Services, unit: Any, payment: JSON, version: int | None
+                        ) -> None:
     provider = providers_of(services).get(payment["provider"])
     notice_id = payment.get("payment_notice_id")
     if provider is None or notice_id is None:
         return
     notice = payment_notice(payment, provider, services.settings.service_name)
-    await unit.update({**notice, "id": notice_id})
+    await unit.update({**notice, "id": notice_id}, if_match=version)
 
 
 # -- callbacks ---------------------------------------------------------------------------------

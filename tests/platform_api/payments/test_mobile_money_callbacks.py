@@ -5,6 +5,7 @@ queried and timed out."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from platform_api.events import DEAD_LETTERS
 from platform_api.payments import ledger
+from platform_api.payments.providers import FAILED, PAID, Outcome
 from platform_api.webhooks.inbound import RECEIPTS
 from tests.conftest import make_admin
 
@@ -216,3 +218,18 @@ async def test_the_sweep_times_out_what_no_callback_settled_and_honours_a_late_s
     document = await services.store.get_document(ledger.PAYMENTS, "INV-2026-000481")
     assert [(h["state"], h["via"]) for h in document["history"]] == [
         ("pending", "initiate"), ("timed_out", "timeout"), ("paid", "callback")]
+
+
+async def test_two_settlements_at_once_settle_the_payment_once(app, client, user, stk, paid):
+    await initiate(client, user)
+    services = app.state.services
+    results = await asyncio.gather(
+        ledger.settle(services, "INV-2026-000481", Outcome(PAID, receipt="TKO8QX2M1B"),
+                      via="callback"),
+        ledger.settle(services, "INV-2026-000481", Outcome(FAILED, reason="1037: timeout"),
+                      via="timeout"))
+    assert sum(r is not None for r in results) == 1
+    await services.bus.drain()
+    assert len([e for e in paid if e["topic"] != "platform.payments.initiated"]) == 1
+    document = await services.store.get_document(ledger.PAYMENTS, "INV-2026-000481")
+    assert len(document["history"]) == 2
