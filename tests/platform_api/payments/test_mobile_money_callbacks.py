@@ -233,3 +233,23 @@ async def test_two_settlements_at_once_settle_the_payment_once(app, client, user
     assert len([e for e in paid if e["topic"] != "platform.payments.initiated"]) == 1
     document = await services.store.get_document(ledger.PAYMENTS, "INV-2026-000481")
     assert len(document["history"]) == 2
+
+
+async def test_request_to_pay_callbacks_are_refused_repeated_once_and_kept_when_malformed(
+        app, client, secure, user, momo):
+    await initiate(client, user, provider="mobile-money-b", phone="+256772123456",
+                   currency="UGX", amount=25000, order_id="INV-UG-7")
+    [request] = momo.requests
+    target = callback_target(request["callback_url"])
+    body = momo.settle(request["reference"], "SUCCESSFUL")
+    forged = target.split("&token=")[0] + "&token=" + "x" * 43
+    assert (await secure.post(forged, json=body)).status_code == 401
+    assert (await client.post(target, json=body)).status_code == 403  # plain HTTP
+    first, again = await secure.post(target, json=body), await secure.post(target, json=body)
+    assert (first.json()["data"]["duplicate"], again.json()["data"]["duplicate"]) == (False,
+                                                                                      True)
+    assert (await state(app, client, user, "INV-UG-7"))["state"] == "paid"
+    assert (await secure.post(target, json={"status": "SUCCESSFUL"})).status_code == 200
+    [entry] = await app.state.services.store.find_documents(DEAD_LETTERS)
+    assert entry["topic"] == "platform.webhook.mobile_money_b"
+    assert "not a request-to-pay callback" in entry["error"]

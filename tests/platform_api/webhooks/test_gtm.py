@@ -174,3 +174,23 @@ async def test_unsigned_wrongly_signed_or_stale_requests_are_401(app, secure, pu
     stale = await secure.post(path, content=body, headers=cases["stale"])
     assert "too old" in stale.json()["error"]["message"]
     assert await nothing_kept(app, published)
+
+
+async def test_a_redelivered_delivery_event_is_counted_once(app, secure):
+    event = delivery("delivered", "<m9@kliniki.example>", "wanjiru@example.org")
+    first = await send(secure, DELIVERY, event, "msg_once")
+    again = await send(secure, DELIVERY, event, "msg_once")
+    assert (first.json()["data"]["duplicate"], again.json()["data"]["duplicate"]) == (False,
+                                                                                      True)
+    await app.state.services.bus.drain()
+    entry = await app.state.services.store.get_document(MAIL_LOG, "m9@kliniki.example")
+    assert len(entry["events"]) == 1
+
+
+async def test_a_signed_lead_that_is_not_a_json_object_becomes_a_dead_letter(app, secure):
+    response = await send(secure, INBOUND, b'["Halima", "Yusuf"]', "msg_lead_03",
+                          secret=INBOUND_SECRET)
+    assert response.status_code == 200
+    [entry] = await dead_letters(app)
+    assert entry["error"] == "malformed inbound_lead webhook body: not a JSON object"
+    assert entry["original_payload"] == '["Halima", "Yusuf"]'
