@@ -14,7 +14,9 @@ from fhir_server.store import store_from_url
 from platform_api.events import (
     DEAD_LETTERS,
     EventBus,
+    InProcessTransport,
     RejectedEvent,
+    bus_from_settings,
     mark_handled,
     topic_matches,
 )
@@ -267,3 +269,12 @@ async def test_api_facades_emit_the_fhir_event_and_their_own(app, client):
     assert ("resource_created", "Patient", "1") in summary(fhir_events)
     assert [e["payload"]["role"] for e in members] == ["ORG:ADMIN"]
     assert any(e["payload"]["id"] == patient.json()["data"]["id"] for e in fhir_events)
+
+
+def test_the_bus_is_chosen_by_its_url(store):
+    assert isinstance(bus_from_settings(store, "").transport, InProcessTransport)
+    nats_bus = bus_from_settings(store, "nats://127.0.0.1:4222", namespace="prod_ke")
+    assert nats_bus.transport.subject("platform.fhir.resource_created") == \
+        "prod_ke.platform.fhir.resource_created"
+    with pytest.raises(ValueError, match="not a nats:// URL"):
+        bus_from_settings(store, "amqp://127.0.0.1:5672")

@@ -271,3 +271,56 @@ async def test_the_app_delivers_its_events_through_nats_when_configured(tmp_path
         await until(lambda: _true(len(created) == 1))
     assert created[0]["user_id"] == user["user"]["id"]
     assert created[0]["registration_role"] == "DOCTOR"
+
+
+async def test_a_dead_letter_of_a_nats_consumer_is_retried_from_the_admin_api(tmp_path,
+                                                                             namespace):
+    settings = make_settings(tmp_path, event_bus=NATS_URL, event_bus_namespace=namespace,
+                             event_bus_max_attempts=2, event_bus_backoff_seconds=[0.1])
+    app = create_app(settings)
+    pharmacy_up = False
+    dispensed: list[str] = []
+
+    async def dispense(event: dict[str, Any]) -> None:
+        if not pharmacy_up:
+            raise ConnectionError("pharmacy system unreachable")
+        dispensed.append(event["payload"]["prescription_id"])
+    app.state.services.bus.subscribe("platform.prescription.created", dispense,
+                                     consumer="dispensing")
+    async with LifespanManager(app):
+        import httpx
+
+        from tests.conftest import make_admin
+
+        store = app.state.services.store
+        async with store.unit_of_work() as uow:
+            uow.emit("platform.prescription.created", {"prescription_id": "rx-771"},
+                     source_service="prescriptions")
+            await uow.commit()
+        await until(lambda: _count(store, DEAD_LETTERS, 1))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            admin = await make_admin(app, c)
+            [entry] = (await c.get("/admin/dlq", headers=admin["headers"])).json()["data"]
+            assert entry["consumer"] == "dispensing"
+            assert "(after 2 deliveries)" in entry["error"]
+            pharmacy_up = True
+            retried = await c.post(f"/admin/dlq/{entry['id']}/retry", headers=admin["headers"])
+            assert retried.status_code == 200
+            depth = (await c.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"]
+        assert dispensed == ["rx-771"] and depth["depth"] == 0
+
+
+@pytest.mark.parametrize(("pattern", "area", "subject"), [
+    ("platform.>", "platform.fhir", "ns1.platform.fhir.>"),
+    (">", "platform.video", "ns1.platform.video.>"),
+    ("platform.*.resource_deleted", "platform.fhir", "ns1.platform.fhir.resource_deleted"),
+    ("platform.video.>", "platform.video", "ns1.platform.video.>"),
+    ("platform.video.>", "platform.fhir", None),
+    ("platform.lab.result_received", "platform.lab", "ns1.platform.lab.result_received"),
+    ("platform", "platform.lab", None),
+])
+def test_a_pattern_reaches_the_part_of_each_stream_it_names(pattern, area, subject):
+    transport = NatsTransport(NATS_URL, deliveries=None, namespace="ns1")  # type: ignore[arg-type]
+    assert transport.filter_subject(pattern, area) == subject
+    assert transport.stream_name(area) == "NS1_" + area.upper().replace(".", "_")
