@@ -59,7 +59,7 @@ AREAS = (
     "platform.fhir", "platform.auth", "platform.organization", "platform.lab", "platform.hl7",
     "platform.appointment", "platform.prescription", "platform.clinical_record",
     "platform.workforce", "platform.video", "platform.webhook", "platform.billing",
-    "platform.messaging", "platform.mail", "platform.gtm", "platform.payments",
+    "platform.gtm", "platform.payments",
 )
 FETCH_BATCH = 16
 FETCH_WAIT_SECONDS = 5.0
