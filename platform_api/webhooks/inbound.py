@@ -164,8 +164,8 @@ async def accept(services: Services, family: str, events: Sequence[Inbound]) -> 
             fresh = await _unseen(services, family, fresh)
             if fresh:
                 await _commit(services, family, fresh)
-    return ok(WebhookAck(duplicate=not fresh, event_ids=[e.event_id for e in events])
-              .model_dump())
+    return ok(WebhookAck(duplicate=bool(events) and not fresh,
+                         event_ids=[e.event_id for e in events]).model_dump())
 
 
 async def _unseen(services: Services, family: str, events: Sequence[Inbound]

@@ -182,6 +182,12 @@ async def test_each_item_is_processed_once_across_redeliveries(app, client, secu
     assert sorted(c["identifier"][0]["value"] for c in found) == ["wamid.A1", "wamid.A2"]
 
 
+async def test_a_notification_with_nothing_in_it_is_acknowledged(app, secure):
+    response = await send(secure, notification())
+    assert response.json()["data"] == {"received": True, "duplicate": False, "event_ids": []}
+    assert await dead_letters(app) == []
+
+
 async def test_unsigned_or_wrongly_signed_notifications_are_401(app, secure, published):
     body = body_of(notification(messages=[text_message("wamid.X", "254712345678", "hi")]))
     for headers in ({}, {"X-Hub-Signature-256": "sha256=" + "0" * 64},
