@@ -37,8 +37,10 @@ from platform_api import (
     labs,
     organizations,
     patients,
+    payments,
     scheduling,
     smart,
+    webhooks,
 )
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
@@ -49,7 +51,7 @@ from platform_api.client_origin import trusted_proxies
 from platform_api.cors import CorsMiddleware
 from platform_api.docs import install_docs
 from platform_api.envelope import ApiError, JSONResponse, error_response
-from platform_api.events import EventBus
+from platform_api.events import bus_from_settings
 from platform_api.housekeeping import Housekeeping
 from platform_api.json_limits import JsonLimitMiddleware, JsonLimits
 from platform_api.observability import RequestContextMiddleware, configure_logging
@@ -268,12 +270,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store = store_from_url(settings.store_url)
     fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
     auth = AuthService(settings, store, fhir=fhir)
-    bus = EventBus(store)
+    bus = bus_from_settings(
+        store, settings.event_bus, namespace=settings.event_bus_namespace,
+        max_attempts=settings.event_bus_max_attempts,
+        backoff=tuple(settings.event_bus_backoff_seconds),
+        ack_wait=settings.event_bus_ack_wait_seconds,
+        stream_max_age=settings.event_bus_stream_max_age_days * 24 * 3600)
     policy = Policy(fhir, store, ttl=auth.recheck_seconds)
     services = Services(settings=settings, store=store, fhir=fhir, auth=auth, bus=bus,
                         policy=policy)
     smart_server = services.extras[smart.EXTRAS_KEY] = smart.SmartServer(services)
     housekeeping = Housekeeping(store, settings)
+    webhooks.install(services)
+    payments.install(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -288,6 +297,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
         housekeeping.start()
+        await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
@@ -295,6 +305,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await housekeeping.stop()
             await slot_keeper.stop()
             await cds_runtime.close()
+            await payments.stop(services)
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -336,6 +347,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(scheduling.router)
     app.include_router(smart.router)
     app.include_router(cds.router)
+    app.include_router(webhooks.router)
+    app.include_router(payments.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

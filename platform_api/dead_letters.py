@@ -1,13 +1,16 @@
 """Dead letter queue administration: ``/admin/dlq`` (spec: Events, Dead letter queue).
 
-Entries are the ``dead_letters`` documents written by the event bus (a handler failed or
-an event could not be decoded) and by the HL7v2 gateway (topic
-``platform.hl7.message_failed``: a message that did not parse, was rejected for its header
-(AR: message type, version or processing id this gateway does not take), or failed mapping
-or storage; the view shows its raw text, type and control id). Retrying re-delivers the
-entry's original event through the bus, so whichever handler owns the topic processes it
-again; an entry that fails again is replaced by the new failure, so one failed event is
-one entry.
+Entries are the ``dead_letters`` documents written by the event bus (a consumer failed
+after its retries, or an event could not be decoded; ``consumer`` names the consumer that
+failed) and by the HL7v2 gateway (topic ``platform.hl7.message_failed``: a message that
+did not parse, was rejected for its header (AR: message type, version or processing id
+this gateway does not take), or failed mapping or storage; the view shows its raw text,
+type and control id). Retrying runs the entry's original event again in this process, by
+the consumer that failed on it (or, for an entry naming none, by every consumer of its
+topic here), through the same idempotency guard as a delivery, so a consumer that had
+already handled the event does not handle it twice. Success removes the entry; a failure
+keeps it, with the new error, ``retry_count`` one higher and ``last_retried_at``, and
+answers 409 ``RETRY_FAILED``.
 
 ``alert`` in the depth report is raised when the queue is deeper than
 ``dlq_alert_depth`` or its oldest entry is older than ``dlq_alert_age_seconds``:
@@ -22,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
+from fhir_server.clock import now_instant
 from platform_api.auth.dependencies import require_platform_admin
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
@@ -50,6 +54,9 @@ class DeadLetterView(BaseModel):
     raw_message: str | None = None
     message_type: str | None = None
     control_id: str | None = None
+    consumer: str | None = None
+    retry_count: int = 0
+    last_retried_at: str | None = None
 
 
 class DepthView(BaseModel):
@@ -69,7 +76,7 @@ class DiscardView(BaseModel):
 
 
 def _view(entry: dict[str, Any]) -> dict[str, Any]:
-    fields = {k: entry.get(k) for k in DeadLetterView.model_fields}
+    fields = {k: entry[k] for k in DeadLetterView.model_fields if entry.get(k) is not None}
     return DeadLetterView.model_validate(fields).model_dump()
 
 
@@ -106,24 +113,25 @@ async def depth(request: Request, principal: Principal = Depends(require_platfor
 
 
 @router.post("/{entry_id}/retry", response_model=Envelope[RetryView],
-             summary="Re-deliver a failed event to its handlers")
+             summary="Run a failed event again by the consumer that failed on it")
 async def retry(request: Request, entry_id: str,
                 principal: Principal = Depends(require_platform_admin)) -> Any:
     services = request_services(request)
-    entry = await services.store.get_document(DEAD_LETTERS, entry_id)
+    store = services.store
+    entry = await store.get_document(DEAD_LETTERS, entry_id)
     if entry is None:
         raise not_found("Dead letter")
-    # The old entry goes either way: on failure the bus has written the new failure.
-    succeeded = await services.bus.deliver_raw(entry["original_payload"])
-    async with services.store.unit_of_work() as uow:
-        uow.delete_document(DEAD_LETTERS, entry_id)
+    error = await services.bus.retry(entry["original_payload"], entry.get("consumer"))
+    async with store.unit_of_work() as uow:
+        if error is None:
+            uow.delete_document(DEAD_LETTERS, entry_id)
+        else:
+            uow.put_document(DEAD_LETTERS, entry_id, {
+                **entry, "error": error, "retry_count": int(entry.get("retry_count") or 0) + 1,
+                "last_retried_at": now_instant()})
         await uow.commit()
-    if not succeeded:
-        latest = await services.store.find_documents(
-            DEAD_LETTERS, {"event_id": entry.get("event_id")}, limit=1, order_by="created_at",
-            descending=True)
-        detail = latest[0]["error"] if latest else "the handler failed again"
-        raise ApiError(409, "RETRY_FAILED", f"The event failed again: {detail}")
+    if error is not None:
+        raise ApiError(409, "RETRY_FAILED", f"The event failed again: {error}")
     return ok({"id": entry_id, "retried": True})
 
 

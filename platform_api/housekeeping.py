@@ -6,6 +6,10 @@ Health data (FHIR resources and their versions) is never touched here. What goes
   a resend after that is processed afresh (senders resend within minutes or hours);
 - events the bus dispatched, older than ``event_retention_days`` (events not yet
   dispatched, and the dead letters, stay until handled);
+- the ids of inbound webhook events received (``webhook_receipts``), after
+  ``webhook_receipt_retention_days``, and the consumers' records of the events they
+  handled (``handled_events``), after ``handled_event_retention_days``: platforms
+  redeliver within hours or days, brokers within minutes;
 - refresh tokens, MFA challenges and one-time tokens (password reset, e-mail
   verification) a day after they expired, with their single-use guards, and the record of
   each TOTP code used (a replay guard needed only while the code is valid) a day after;
@@ -35,8 +39,10 @@ from fhir_server.store import ResourceStore
 from hl7_gateway.gateway import MESSAGES
 from platform_api.auth import mfa, one_time, refresh
 from platform_api.auth.tokens import rfc3339
+from platform_api.events import HANDLED
 from platform_api.settings import Settings
 from platform_api.smart import oauth as smart
+from platform_api.webhooks.inbound import RECEIPTS as WEBHOOK_RECEIPTS
 
 __all__ = ["Housekeeping", "Rule"]
 
@@ -87,6 +93,10 @@ class Housekeeping:
             Rule("smart_auth_requests", smart.AUTH_REQUESTS, "expires_at", EXPIRY_GRACE),
             Rule("smart_manage_sessions", smart.MANAGE_SESSIONS, "expires_at", EXPIRY_GRACE),
             Rule("smart_assertions", smart.ASSERTIONS, "expires_at", EXPIRY_GRACE),
+            Rule("webhook_receipts", WEBHOOK_RECEIPTS, "received_at",
+                 settings.webhook_receipt_retention_days * DAY, stamp=_instant),
+            Rule("handled_events", HANDLED, "handled_at",
+                 settings.handled_event_retention_days * DAY, stamp=_instant),
         ]
         self._task: asyncio.Task[None] | None = None
 

@@ -8,6 +8,13 @@ reports ``disabled``, so an embedded install without a mail server still starts.
 TLS (``smtp_tls``): ``auto`` upgrades with STARTTLS when the server offers it,
 ``starttls`` requires it, ``implicit`` is TLS from the first byte (port 465), ``none``
 never encrypts (a local relay or a test server).
+
+The **mail log** (:class:`MailLog`, documents ``mail_log/<Message-ID>``) records each
+message sent (recipient, subject, status ``sent``); the e-mail delivery platform's
+webhooks (``platform_api.webhooks.gtm``) move it on (delivered, opened, bounced,
+complained). An address that bounced or complained is **suppressed**
+(``mail_suppressions/<address>``): the mailer no longer sends to it, so the platform's
+sending reputation does not suffer from mailing a dead address again and again.
 """
 
 from __future__ import annotations
@@ -19,7 +26,13 @@ from email.utils import make_msgid
 
 import aiosmtplib
 
+from fhir_server.clock import now_instant
+from fhir_server.store import ResourceStore
+
 log = logging.getLogger("healthplatform.mail")
+
+MAIL_LOG = "mail_log"
+SUPPRESSIONS = "mail_suppressions"
 
 TLS_MODES = ("auto", "starttls", "implicit", "none")
 
@@ -39,11 +52,37 @@ class SmtpConfig:
             raise ValueError(f"smtp_tls must be one of {', '.join(TLS_MODES)}, not {self.tls!r}")
 
 
-class Mailer:
-    """Send plain-text e-mail; ``enabled`` is false without an SMTP host."""
+def message_key(message_id: str) -> str:
+    """A Message-ID as the mail log's key: without its angle brackets."""
+    return message_id.strip().strip("<>")
 
-    def __init__(self, config: SmtpConfig):
+
+class MailLog:
+    """What was sent, what became of it, and the addresses not to mail any more."""
+
+    def __init__(self, store: ResourceStore):
+        self.store = store
+
+    async def suppressed(self, address: str) -> bool:
+        return await self.store.get_document(SUPPRESSIONS, address.strip().lower()) \
+            is not None
+
+    async def sent(self, message_id: str, to: str, subject: str) -> None:
+        key = message_key(message_id)
+        async with self.store.unit_of_work() as uow:
+            uow.put_document(MAIL_LOG, key, {
+                "id": key, "to": to, "subject": subject, "status": "sent",
+                "sent_at": now_instant(), "updated_at": now_instant(), "events": []})
+            await uow.commit()
+
+
+class Mailer:
+    """Send plain-text e-mail; ``enabled`` is false without an SMTP host. With a
+    :class:`MailLog`, what is sent is logged and suppressed addresses are skipped."""
+
+    def __init__(self, config: SmtpConfig, mail_log: MailLog | None = None):
         self.config = config
+        self.mail_log = mail_log
         self._warned_disabled = False
 
     @property
@@ -74,14 +113,20 @@ class Mailer:
         if not self.enabled:
             self.report_disabled(subject)
             return False
+        if self.mail_log is not None and await self.mail_log.suppressed(to):
+            log.info("not sending %r: the address bounced or complained before", subject)
+            return False
         client = self._client()
+        message = self.compose(to, subject, body)
         try:
             async with client:
-                await client.send_message(self.compose(to, subject, body))
+                await client.send_message(message)
         except (aiosmtplib.SMTPException, OSError) as exc:
             log.error("sending %r to %s via %s:%s failed: %s", subject, to,
                       self.config.host, self.config.port, exc)
             return False
+        if self.mail_log is not None:
+            await self.mail_log.sent(str(message["Message-ID"]), to, subject)
         return True
 
     def report_disabled(self, subject: str) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -143,6 +144,73 @@ class Settings(BaseSettings):
                                             "vital signs measured within this many hours")
     cds_panic_values_file: str = Field(default="", description="A JSON panic-value table "
                                        "replacing the shipped one (same shape)")
+
+    # Events, inbound webhooks and mobile money payments (platform_api/events*.py,
+    # platform_api/webhooks/, platform_api/payments/)
+    event_bus: str = Field(default="", description="Empty: in-process; nats://host:4222: "
+                           "NATS JetStream")
+    event_bus_namespace: str = Field(default="", description="Prefix of NATS subjects and "
+                                     "stream names (several deployments on one server)")
+    event_bus_max_attempts: int = Field(default=5, ge=1, description="Deliveries of an event "
+                                        "to a failing consumer before it is dead-lettered")
+    event_bus_backoff_seconds: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 30.0, 120.0],
+        description="Delay before the 2nd, 3rd, ... delivery of a failed event")
+    event_bus_ack_wait_seconds: float = Field(default=30.0, gt=0, description="A delivery "
+                                              "not acknowledged by then is redelivered")
+    event_bus_stream_max_age_days: float = Field(default=7.0, gt=0, description="Days a "
+                                                 "NATS stream keeps its events")
+    handled_event_retention_days: float = Field(
+        default=30.0, gt=0, description="Days a consumer's record of a handled event is "
+        "kept (its redelivery guard)")
+    webhook_receipt_retention_days: float = Field(
+        default=30.0, gt=0, description="Days the id of a received webhook event is kept "
+        "(a redelivery after that is processed afresh)")
+    # Addresses/networks of reverse proxies whose X-Forwarded-For / -Proto are believed
+    # (JSON list, e.g. ["10.0.0.0/8"]). Named as issue 14 names it; the lead reconciles.
+    trusted_proxies: list[str] = Field(default_factory=list)
+    billing_webhook_secret: str = ""
+    video_api_key: str = ""
+    video_api_secret: str = ""
+    messaging_verify_token: str = ""
+    messaging_app_secret: str = ""
+    email_webhook_secret: str = ""
+    inbound_webhook_secret: str = ""
+    leave_webhook_secret: str = ""
+    # Mobile money provider A: STK push (M-Pesa Daraja style)
+    mobile_money_a_base_url: str = ""
+    mobile_money_a_consumer_key: str = ""
+    mobile_money_a_consumer_secret: str = ""
+    mobile_money_a_shortcode: str = ""
+    mobile_money_a_passkey: str = ""
+    mobile_money_a_transaction_type: str = "CustomerPayBillOnline"
+    mobile_money_a_callback_ips: list[str] = Field(
+        default_factory=list, description="Addresses/networks callbacks may come from; "
+        "empty: any (the callback's token still decides)")
+    # Mobile money provider B: collection request to pay (MTN MoMo style)
+    mobile_money_b_base_url: str = ""
+    mobile_money_b_api_user: str = ""
+    mobile_money_b_api_key: str = ""
+    mobile_money_b_subscription_key: str = ""
+    mobile_money_b_target_environment: str = "sandbox"
+    mobile_money_b_currencies: list[str] = Field(
+        default_factory=lambda: ["UGX", "GHS", "RWF", "ZMW", "XAF", "XOF", "EUR"])
+    mobile_money_b_callback_ips: list[str] = Field(default_factory=list)
+    mobile_money_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="A payment with no callback by then is queried, "
+        "then timed out")
+    mobile_money_sweep_interval_seconds: float = Field(
+        default=30.0, ge=0, description="Seconds between passes over overdue payments; 0: "
+        "never")
+
+    @field_validator("trusted_proxies", "mobile_money_a_callback_ips",
+                     "mobile_money_b_callback_ips")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        """Addresses or networks, checked at start rather than at the first request."""
+        for entry in entries:
+            ipaddress.ip_network(entry.strip(), strict=False)  # ValueError names it
+        return entries
 
     @cached_property
     def store_url(self) -> str:

@@ -89,7 +89,7 @@ from platform_api.auth.tokens import (
     rfc3339,
 )
 from platform_api.envelope import ApiError, not_found
-from platform_api.mailer import Mailer, SmtpConfig
+from platform_api.mailer import Mailer, MailLog, SmtpConfig
 from platform_api.rate_limit import (
     BACKOFFS,
     Backoff,
@@ -209,7 +209,7 @@ class AuthService:
             settings.smtp_host, settings.smtp_port, settings.smtp_from,
             settings.smtp_username, settings.smtp_password, settings.smtp_tls,
             settings.smtp_timeout_seconds,
-        ))
+        ), MailLog(store))
         self.api_keys = ApiKeys(store)
         self.one_time = OneTimeTokens(store)
         self.oidc = OidcVerifier(settings.oidc_providers)

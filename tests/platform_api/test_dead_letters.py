@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
 
@@ -58,7 +60,15 @@ async def test_retry_that_fails_again_keeps_one_entry(app, client, admin):
     assert again.status_code == 409 and again.json()["error"]["code"] == "RETRY_FAILED"
     assert "formulary code unknown" in again.json()["error"]["message"]
     listing = (await client.get("/admin/dlq", headers=admin["headers"])).json()
-    assert listing["meta"]["total"] == 1 and listing["data"][0]["id"] != entry["id"]
+    assert listing["meta"]["total"] == 1
+    kept = listing["data"][0]
+    assert (kept["id"], kept["retry_count"]) == (entry["id"], 1)
+    assert kept["error"] == "ValueError: formulary code unknown"
+    assert kept["last_retried_at"] >= entry["created_at"]
+    assert kept["original_payload"] == entry["original_payload"]
+    await client.post(f"/admin/dlq/{entry['id']}/retry", headers=admin["headers"])
+    again = (await client.get("/admin/dlq", headers=admin["headers"])).json()["data"][0]
+    assert again["retry_count"] == 2
 
 
 async def test_undecodable_event_becomes_a_dead_letter_and_can_be_discarded(app, client,
@@ -80,9 +90,49 @@ async def test_depth_alerts_past_the_threshold(app, client, admin, settings):
     assert depth["depth"] == 2 and depth["alert"] is True
 
 
-async def test_only_platform_admins(client, user):
+async def test_the_list_pages_and_filters_by_topic(app, client, admin):
+    async def broken(event: dict) -> None:
+        raise RuntimeError("dispensing system down")
+
+    app.state.services.bus.subscribe("platform.prescription.created", broken,
+                                     consumer="dispensing")
+    for n in range(3):
+        await _emit(app, {"prescription_id": f"rx-{n}"})
+    await app.state.services.bus.deliver_raw("not json")
+    h = admin["headers"]
+    page = (await client.get("/admin/dlq?page=2&limit=2", headers=h)).json()
+    assert page["meta"] == {"page": 2, "limit": 2, "total": 4} and len(page["data"]) == 2
+    only = (await client.get("/admin/dlq?topic=platform.prescription.created",
+                             headers=h)).json()
+    assert only["meta"]["total"] == 3
+    assert {e["consumer"] for e in only["data"]} == {"dispensing"}
+    assert (await client.get("/admin/dlq?limit=101", headers=h)).status_code == 422
+
+
+async def test_depth_alerts_when_the_oldest_entry_is_too_old(app, client, admin, settings):
+    await app.state.services.bus.deliver_raw("not json")
+    depth = (await client.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"]
+    assert (depth["depth"], depth["alert"]) == (1, False)
+    settings.dlq_alert_age_seconds = 0
+    await asyncio.sleep(0.01)
+    depth = (await client.get("/admin/dlq/depth", headers=admin["headers"])).json()["data"]
+    assert depth["alert"] is True
+
+
+async def test_retry_and_delete_of_an_unknown_entry_are_404(client, admin):
+    h = admin["headers"]
+    assert (await client.post("/admin/dlq/nope/retry", headers=h)).status_code == 404
+    assert (await client.delete("/admin/dlq/nope", headers=h)).status_code == 404
+
+
+async def test_only_platform_admins(client, user, clinic_admin):
     assert (await client.get("/admin/dlq")).status_code == 401
-    assert (await client.get("/admin/dlq", headers=user["headers"])).status_code == 403
+    for method, path in (("GET", "/admin/dlq"), ("GET", "/admin/dlq/depth"),
+                         ("POST", "/admin/dlq/x/retry"), ("DELETE", "/admin/dlq/x")):
+        assert (await client.request(method, path)).status_code == 401
+        for caller in (user, clinic_admin):  # a user, an organization's ORG:ADMIN
+            assert (await client.request(method, path, headers=caller["headers"])
+                    ).status_code == 403
 
 
 async def test_an_hl7_message_rejected_with_ar_is_listed_with_its_text_and_reason(

@@ -3,11 +3,23 @@ relayed through the transport to handlers subscribed by topic or pattern."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from platform_api.events import InProcessTransport, topic_matches
+from fhir_server.store import store_from_url
+from platform_api.events import (
+    DEAD_LETTERS,
+    EventBus,
+    InProcessTransport,
+    RejectedEvent,
+    bus_from_settings,
+    mark_handled,
+    topic_matches,
+)
 from tests.conftest import make_clinic_admin
 from tests.hl7_gateway.messages import oru
 
@@ -42,13 +54,26 @@ def test_topic_patterns_read_as_nats_subjects(pattern, topic, expected):
     assert topic_matches(pattern, topic) is expected
 
 
-async def test_the_in_process_transport_delivers_by_name_and_pattern_and_dead_letters():
-    failures: list[tuple[str, str]] = []
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Any]:
+    opened = store_from_url(f"sqlite:///{tmp_path / 'events.db'}")
+    await opened.open()
+    yield opened
+    await opened.close()
 
-    async def dead_letter(event: dict[str, Any], error: str) -> str:
-        failures.append((event.get("id", "?"), error))
-        return "dl-1"
-    transport = InProcessTransport(dead_letter)
+
+def envelope(event_id: str, topic: str, **payload: Any) -> dict[str, Any]:
+    return {"id": event_id, "topic": topic, "timestamp": "2026-11-24T08:15:00Z",
+            "payload": payload}
+
+
+async def dead_letters(store: Any) -> list[tuple[str | None, str | None, str]]:
+    entries = await store.find_documents(DEAD_LETTERS, order_by="created_at")
+    return [(e["event_id"], e["consumer"], e["error"]) for e in entries]
+
+
+async def test_the_in_process_transport_delivers_by_name_and_pattern_and_dead_letters(store):
+    bus = EventBus(store)
     got: list[str] = []
 
     async def exact(event: dict[str, Any]) -> None:
@@ -59,17 +84,119 @@ async def test_the_in_process_transport_delivers_by_name_and_pattern_and_dead_le
 
     async def broken(event: dict[str, Any]) -> None:
         raise RuntimeError("pharmacy system unreachable")
-    transport.subscribe("platform.fhir.resource_created", exact)
-    transport.subscribe("platform.fhir.*", pattern)
-    transport.subscribe("platform.fhir.resource_deleted", broken)
-    event = {"id": "e1", "topic": "platform.fhir.resource_created", "timestamp": "t",
-             "payload": {}}
-    assert await transport.publish([event]) == [True]
+    bus.subscribe("platform.fhir.resource_created", exact, consumer="exact")
+    bus.subscribe("platform.fhir.*", pattern, consumer="pattern")
+    bus.subscribe("platform.fhir.resource_deleted", broken, consumer="pharmacy")
+    event = envelope("e1", "platform.fhir.resource_created")
+    assert await bus.transport.publish([event]) == [True]
     assert got == ["exact:e1", "pattern:e1"]
-    deleted = {**event, "id": "e2", "topic": "platform.fhir.resource_deleted"}
-    assert await transport.publish([deleted, {"id": "e3", "topic": "x"}]) == [False, False]
-    assert failures == [("e2", "RuntimeError: pharmacy system unreachable"),
-                        ("e3", "invalid event envelope: missing timestamp, payload")]
+    deleted = envelope("e2", "platform.fhir.resource_deleted")
+    assert await bus.transport.publish([deleted, {"id": "e3", "topic": "x"}]) == [False, False]
+    assert sorted(await dead_letters(store)) == [
+        ("e2", "pharmacy", "RuntimeError: pharmacy system unreachable"),
+        ("e3", None, "invalid event envelope: missing timestamp, payload")]
+    assert got[-1] == "pattern:e2"  # the other consumer of the topic still had it
+
+
+async def test_a_consumer_never_handles_an_event_twice_even_after_a_restart(store, tmp_path):
+    handled: list[str] = []
+
+    async def count(event: dict[str, Any]) -> None:
+        handled.append(event["id"])
+    first = EventBus(store)
+    first.subscribe("platform.appointment.*", count, consumer="reminders")
+    booked = envelope("evt-booked-1", "platform.appointment.booked", appointment_id="a-1")
+    await first.transport.publish([booked])
+    await first.transport.publish([booked])  # a redelivery
+    second = EventBus(store)  # another process, or the same after a restart
+    second.subscribe("platform.appointment.*", count, consumer="reminders")
+    await second.transport.publish([booked])
+    assert handled == ["evt-booked-1"]
+    other = EventBus(store)  # another consumer has its own record
+    other.subscribe("platform.appointment.booked", count, consumer="sms")
+    await other.transport.publish([booked])
+    assert handled == ["evt-booked-1", "evt-booked-1"]
+
+
+async def test_a_handler_records_its_event_in_the_unit_of_work_of_its_effect(store):
+    bus = EventBus(store)
+
+    async def book(event: dict[str, Any]) -> None:
+        async with store.unit_of_work() as uow:
+            uow.put_document("reminders", event["payload"]["appointment_id"], {"sent": True})
+            mark_handled(uow, "reminders", event)
+            await uow.commit()
+    bus.subscribe("platform.appointment.booked", book, consumer="reminders")
+    await bus.transport.publish([envelope("evt-2", "platform.appointment.booked",
+                                          appointment_id="a-2")])
+    assert await bus.deliveries.already_handled("reminders", "evt-2")
+    assert await store.get_document("reminders", "a-2") == {"sent": True}
+
+
+async def test_the_short_envelope_is_accepted_and_a_mistyped_one_is_a_dead_letter(store):
+    bus = EventBus(store)
+    seen: list[str] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+    bus.subscribe("platform.auth.user_created", handler, consumer="doctors")
+    short = envelope("evt-short", "platform.auth.user_created", user_id="u-1",
+                     email="amina@clinic.example.org", registration_role="DOCTOR")
+    assert await bus.deliver_raw(orjson.dumps(short)) is True
+    mistyped = {**short, "id": "evt-bad", "payload": "not an object"}
+    assert await bus.deliver_raw(orjson.dumps(mistyped)) is False
+    assert seen == ["evt-short"]
+    [(_, _, error)] = await dead_letters(store)
+    assert error == "invalid event envelope: wrong type of payload"
+    entry = (await store.find_documents(DEAD_LETTERS))[0]
+    assert entry["original_payload"] == orjson.dumps(mistyped).decode()
+
+
+async def test_a_rejected_event_is_dead_lettered_and_retry_runs_only_the_failed_consumer(
+        store):
+    bus = EventBus(store)
+    calls: list[str] = []
+    broken = True
+
+    async def billing(event: dict[str, Any]) -> None:
+        calls.append("billing")
+        if broken:
+            raise RejectedEvent("no organization in the event")
+
+    async def audit(event: dict[str, Any]) -> None:
+        calls.append("audit")
+    bus.subscribe("platform.billing.payment_failed", billing, consumer="billing")
+    bus.subscribe("platform.billing.>", audit, consumer="audit")
+    event = envelope("evt-3", "platform.billing.payment_failed", invoice_id="in_1")
+    assert await bus.transport.publish([event]) == [False]
+    [(_, consumer, error)] = await dead_letters(store)
+    assert (consumer, error) == ("billing", "rejected: no organization in the event")
+    entry = (await store.find_documents(DEAD_LETTERS))[0]
+    assert await bus.retry(entry["original_payload"], "billing") == \
+        "rejected: no organization in the event"
+    broken = False
+    assert await bus.retry(entry["original_payload"], "billing") is None
+    assert calls == ["billing", "audit", "billing", "billing"]
+    assert await bus.retry(entry["original_payload"], "billing") is None  # handled: skipped
+    assert calls.count("billing") == 3
+    assert await bus.retry(entry["original_payload"], "gone") == \
+        "the consumer gone does not run in this process"
+
+
+def test_consumer_names_are_durable_names():
+    bus = EventBus(store=None)  # type: ignore[arg-type]
+
+    async def reminders(event: dict[str, Any]) -> None:
+        return None
+    first = bus.subscribe("platform.appointment.booked", reminders)
+    second = bus.subscribe("platform.appointment.cancelled", reminders)
+    assert first.consumer == \
+        "tests_platform_api_test_events_test_consumer_names_are_durable_names_reminders"
+    assert second.consumer == first.consumer + "_2"
+    with pytest.raises(ValueError, match="letters, digits"):
+        bus.subscribe("platform.x.y", reminders, consumer="has.dots")
+    with pytest.raises(ValueError, match="already subscribed"):
+        bus.subscribe("platform.x.y", reminders, consumer=first.consumer)
 
 
 async def test_rest_writes_emit_resource_events_and_no_op_writes_do_not(app, client):
@@ -142,3 +269,12 @@ async def test_api_facades_emit_the_fhir_event_and_their_own(app, client):
     assert ("resource_created", "Patient", "1") in summary(fhir_events)
     assert [e["payload"]["role"] for e in members] == ["ORG:ADMIN"]
     assert any(e["payload"]["id"] == patient.json()["data"]["id"] for e in fhir_events)
+
+
+def test_the_bus_is_chosen_by_its_url(store):
+    assert isinstance(bus_from_settings(store, "").transport, InProcessTransport)
+    nats_bus = bus_from_settings(store, "nats://127.0.0.1:4222", namespace="prod_ke")
+    assert nats_bus.transport.subject("platform.fhir.resource_created") == \
+        "prod_ke.platform.fhir.resource_created"
+    with pytest.raises(ValueError, match="not a nats:// URL"):
+        bus_from_settings(store, "amqp://127.0.0.1:5672")

@@ -160,3 +160,28 @@ async def test_expired_smart_records_go_a_day_after_they_expired(app):
         assert purged[name] == 1, name
     assert [d["id"] for d in await store.find_documents(smart.CODES)] == ["live"]
     assert await store.count_documents(smart.CODE_USES) == 0
+async def test_webhook_receipts_and_handled_event_records_go_after_their_retention(app):
+    services = services_of(app.state)
+    store, bus = services.store, services.bus
+
+    async def remind(event: dict[str, Any]) -> None:
+        return None
+    bus.subscribe("platform.appointment.booked", remind, consumer="reminders")
+    async with store.unit_of_work() as uow:
+        uow.insert_document("webhook_receipts", "billing:evt_1", {
+            "id": "billing:evt_1", "received_at": _now()})
+        uow.emit("platform.appointment.booked", {"appointment_id": "a-1"})
+        await uow.commit()
+    await bus.drain()
+    assert await store.count_documents("handled_events") == 1
+    housekeeping = Housekeeping(store, services.settings)
+    kept = await housekeeping.run_once(time.time() + 29 * DAY)
+    assert (kept["webhook_receipts"], kept["handled_events"]) == (0, 0)
+    gone = await housekeeping.run_once(time.time() + 31 * DAY)
+    assert (gone["webhook_receipts"], gone["handled_events"]) == (1, 1)
+
+
+def _now() -> str:
+    from fhir_server.clock import now_instant
+
+    return now_instant()
