@@ -166,12 +166,9 @@ class Settings(BaseSettings):
     webhook_receipt_retention_days: float = Field(
         default=30.0, gt=0, description="Days the id of a received webhook event is kept "
         "(a redelivery after that is processed afresh)")
-    # Addresses/networks of reverse proxies whose X-Forwarded-For / -Proto are believed
-    # (JSON list, e.g. ["10.0.0.0/8"]). Named as issue 14 names it; the lead reconciles.
-    trusted_proxies: list[str] = Field(default_factory=list)
+    # (trusted_proxies, video_api_key and video_api_secret are defined above: the webhooks
+    # use them too.)
     billing_webhook_secret: str = ""
-    video_api_key: str = ""
-    video_api_secret: str = ""
     messaging_verify_token: str = ""
     messaging_app_secret: str = ""
     email_webhook_secret: str = ""

@@ -39,9 +39,9 @@ from starlette.requests import Request
 
 from fhir_server.clock import now_instant
 from fhir_server.store import DuplicateDocument
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, ErrorEnvelope, JSONResponse, ok
-from platform_api.services import Services, request_services
-from platform_api.settings import Settings
+from platform_api.services import Services
 
 log = logging.getLogger("healthplatform.webhooks")
 
@@ -94,30 +94,10 @@ def within(address: str, allowed: Sequence[Network]) -> bool:
     return any(ip in network for network in allowed)
 
 
-def request_origin(request: Request, trusted_proxies: Sequence[str]) -> tuple[str, str]:
-    """The client's address and the scheme it used: the connection's own, or what a
-    trusted proxy says (``X-Forwarded-For``: the nearest address that is not a trusted
-    proxy; ``X-Forwarded-Proto``). Headers from anyone else are ignored."""
-    peer = request.client.host if request.client else ""
-    scheme = request.url.scheme
-    trusted = networks(trusted_proxies)
-    if not within(peer, trusted):
-        return peer, scheme
-    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-    hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")
-            if h.strip()]
-    address = peer
-    for hop in reversed(hops):
-        address = hop
-        if not within(hop, trusted):
-            break
-    return address, proto or scheme
-
-
 def require_https(request: Request, family: str) -> str:
     """403 unless the request came over HTTPS (module doc); the client's address."""
-    settings: Settings = request_services(request).settings
-    address, scheme = request_origin(request, settings.trusted_proxies)
+    origin = client_origin(request.scope)
+    address, scheme = origin.address or "unknown", origin.scheme
     if scheme != "https":
         log.warning("webhook %s refused from %s: not over HTTPS", family, address)
         raise ApiError(403, "HTTPS_REQUIRED", "Webhooks are accepted over HTTPS only")
@@ -207,4 +187,4 @@ def parse_json(body: bytes) -> Any:
 
 __all__ = ["PLATFORM_BODY", "RECEIPTS", "REFUSALS", "TOPIC_PREFIX", "Inbound", "WebhookAck",
            "accept", "configured", "dead_letter_body", "networks", "parse_json", "refuse",
-           "request_origin", "require_https", "within"]
+           "require_https", "within"]
