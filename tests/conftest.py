@@ -18,10 +18,10 @@ _users = itertools.count(1)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from tests.contract.conftest import ADAPTERS
+    from tests.contract.conftest import ADAPTERS, mongodb_description
 
     return (f"store adapters under contract (tests/contract): {', '.join(ADAPTERS)}; "
-            "MongoDB: no adapter yet")
+            f"{mongodb_description()}")
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:

@@ -14,6 +14,7 @@ from fhir_server.store import (
     StoreError,
     VersionConflict,
 )
+from tests.contract.conftest import needs_transactions
 
 
 def patient(family: str, given: str = "Amina") -> dict:
@@ -120,6 +121,7 @@ async def test_history_newest_first_with_since_and_cursor(store):
 
 
 async def test_unit_of_work_is_all_or_nothing(store):
+    needs_transactions(store)
     await write(store, "create", "p1", patient("Odhiambo"))
     with pytest.raises(ResourceExists):
         async with store.unit_of_work() as uow:
