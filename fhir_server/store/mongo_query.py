@@ -48,6 +48,7 @@ from fhir_server.search.plan import (
     TokenCriterion,
     UriCriterion,
 )
+from fhir_server.search.values import normalize
 from fhir_server.store.mongo_access import access_filter
 from fhir_server.store.port import SearchTooCostly
 
@@ -285,7 +286,7 @@ WORD = re.compile(r"[^\W_]+")
 def words(text: str) -> list[str]:
     """The distinct words of normalized text (what ``_text``/``_content`` terms match as
     prefixes), as the SQLite adapter's FTS5 tokenizer splits them."""
-    return sorted(set(WORD.findall(text)))
+    return sorted(set(WORD.findall(normalize(text))))
 
 
 # --- the compiler ------------------------------------------------------------------------
