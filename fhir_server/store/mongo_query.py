@@ -382,9 +382,7 @@ def indexed_filter(clause: Clause) -> Filter:
         params = tuple(f"{p}:of-type" for p in params)
     if clause.modifier == "identifier":
         params, kind = tuple(f"{p}:identifier" for p in params), "token"
-    conditions = [CONDITIONS[kind](c) for c in clause.criteria]
-    row = {"param": _params(params), **_any(conditions)} if len(conditions) == 1 and \
-        "$or" not in conditions[0] else {"param": _params(params), "$or": conditions}
+    row = {"param": _params(params), **_any([CONDITIONS[kind](c) for c in clause.criteria])}
     if clause.negate:
         return {f"ix.{kind}": {"$not": {"$elemMatch": row}}}
     return _row(kind, row)
