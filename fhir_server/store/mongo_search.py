@@ -215,8 +215,7 @@ class MongoIncludes:
     async def _live(self, plan: SearchPlan, keys: Sequence[str]) -> list[str]:
         if not keys:
             return []
-        found = {"$and": [{"_id": {"$in": list(keys)}, "deleted": False},
-                          self._allowed(plan)]}
+        found = {"$and": [{**by_keys(keys), "deleted": False}, self._allowed(plan)]}
         present = {d["_id"] for d in await self.resources.find(found, {"_id": 1}).to_list(None)}
         return [k for k in keys if k in present]
 
@@ -224,7 +223,7 @@ class MongoIncludes:
                       frontier: Sequence[str]) -> list[str]:
         if not includes or not frontier:
             return []
-        docs = await self.resources.find({"_id": {"$in": list(frontier)}},
+        docs = await self.resources.find(by_keys(frontier),
                                          {"type": 1, "ix.reference": 1}).to_list(None)
         keys: list[str] = []
         for include in includes:
@@ -269,10 +268,18 @@ class MongoIncludes:
     async def fetch(self, keys: Sequence[str]) -> list[StoredResource]:
         if not keys:
             return []
-        docs = await self.resources.find({"_id": {"$in": list(keys)}, "deleted": False},
+        docs = await self.resources.find({**by_keys(keys), "deleted": False},
                                          RESOURCE_FIELDS).to_list(None)
         by_key = {d["_id"]: d for d in docs}
         return [stored(by_key[k]) for k in keys if k in by_key]
+
+
+def by_keys(keys: Sequence[str]) -> Filter:
+    """Resources by ``_id``, their types and ids spelled out too: on a sharded cluster the
+    shard key (type, hashed id) routes the query to the shards holding them."""
+    pairs = [key.split("/", 1) for key in keys]
+    return {"_id": {"$in": list(keys)}, "type": {"$in": sorted({t for t, _ in pairs})},
+            "id": {"$in": sorted({i for _, i in pairs})}}
 
 
 async def _no_inner(found: Filter, projection: Filter) -> list[dict[str, Any]]:
