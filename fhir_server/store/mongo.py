@@ -30,6 +30,7 @@ out: production runs a replica set.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -365,11 +366,11 @@ class MongoStore:
         if self.transactions:
             await self._in_transaction(lambda session: self._apply(unit, session, None))
         else:
-            if sum(1 for _ in unit.writes) > 1:
+            if len(unit.writes) > 1:
                 raise TransactionsUnavailable(
                     f"This unit of work writes {len(unit.writes)} resources, which needs a "
                     "multi-document transaction; the MongoDB server is standalone "
-                    "(transactions need a replica set: see the README, 'MongoDB')")
+                    "(transactions need a replica set: see the README, 'Running on MongoDB')")
             async with self._standalone_gate:
                 writes = _Writes(self.db, None, standalone=True)
                 try:
@@ -403,13 +404,10 @@ class MongoStore:
                 exc.staged = write
                 raise
         documents, events = run_callbacks(unit.callbacks, unit.documents, unit.events)
-        if not writes.standalone or not documents:
-            for document in documents:
-                await self._apply_document(document, writes)
-        else:
+        if writes.standalone:
             await self._check_documents(documents)
-            for document in documents:
-                await self._apply_document(document, writes)
+        for document in documents:
+            await self._apply_document(document, writes)
         if events:
             await writes.insert_many(OUTBOX, [
                 {"_id": e.id, "topic": e.topic, "timestamp": e.timestamp,
@@ -582,8 +580,8 @@ class MongoStore:
                 limit=self.PURGE_CHUNK).to_list(None)
             ids = [d["id"] for d in docs]
             if ids:
-                await self._maintenance(lambda session, ids=ids: self._purge_chunk(
-                    session, collection, companions, ids))
+                await self._maintenance(functools.partial(
+                    self._purge_chunk, collection=collection, companions=companions, ids=ids))
             purged += len(ids)
             if len(ids) < self.PURGE_CHUNK:
                 return purged

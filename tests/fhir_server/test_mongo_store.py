@@ -94,7 +94,7 @@ async def test_a_standalone_unit_failing_after_its_write_is_put_back(mongo):
         await uow.commit()
     if mongo.transactions:
         pytest.skip("inside a transaction the server rolls back")
-    with pytest.raises(Exception, match="(?i)duplicate"):
+    with pytest.raises(Exception, match=r"(?i)duplicate"):
         async with mongo.unit_of_work() as uow:
             changed = glucose("o1", 9.9)
             uow.update("Observation", "o1", changed, index=EXTRACT(changed))
