@@ -51,15 +51,10 @@ def app_store() -> Iterator[None]:
     if APP_STORE != "mongodb" or MONGODB_URI:
         yield
         return
-    from fhir_server.store.mongo import MongoStore
-    from tests.contract.mongo_fake import FakeClient
+    from tests.contract.mongo_fake import installed
 
-    original = MongoStore.client_factory
-    MongoStore.client_factory = staticmethod(FakeClient)  # type: ignore[assignment]
-    try:
+    with installed():
         yield
-    finally:
-        MongoStore.client_factory = original  # type: ignore[assignment]
 
 
 @pytest.fixture

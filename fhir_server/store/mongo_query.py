@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from bson.decimal128 import Decimal128
 
+from fhir_server.search.dates import approximate
 from fhir_server.search.plan import (
     AccessGrant,
     ChainCriterion,
@@ -119,17 +119,6 @@ def token_condition(c: TokenCriterion, system: str = "system", code: str = "code
     elif c.no_system:
         found[system] = None  # absent: a row without a system stores none
     return found
-
-
-def approximate(lo: str, hi: str) -> tuple[str, str]:
-    """``ap`` on dates: the range widened by 10% of its distance from now (R4 3.1.1.4.2)."""
-    def parse(text: str) -> datetime:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    start, end, now = parse(lo), parse(hi), datetime.now(UTC)
-    margin = abs(now - start) * 0.1
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
-    low = max(start - margin, datetime(1, 1, 1, tzinfo=UTC)) if start.year > 1 else start
-    return low.strftime(fmt), (end + margin).strftime(fmt)
 
 
 def date_condition(c: RangeCriterion, lo: str = "lo", hi: str = "hi") -> Filter:

@@ -84,14 +84,10 @@ def mongodb_client() -> Iterator[None]:
     if MONGODB_URI:
         yield
         return
-    from tests.contract.mongo_fake import FakeClient
+    from tests.contract.mongo_fake import installed
 
-    original = MongoStore.client_factory
-    MongoStore.client_factory = staticmethod(FakeClient)  # type: ignore[assignment]
-    try:
+    with installed():
         yield
-    finally:
-        MongoStore.client_factory = original  # type: ignore[assignment]
 
 
 async def drop_database(url: str) -> None:

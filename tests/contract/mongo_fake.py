@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import mongomock
@@ -193,4 +194,17 @@ class FakeClient:
         return None
 
 
-__all__ = ["DuplicateKeyError", "FakeClient"]
+@contextmanager
+def installed() -> Iterator[None]:
+    """Every MongoStore made meanwhile talks to the fake."""
+    from fhir_server.store.mongo import MongoStore
+
+    original = MongoStore.client_factory
+    MongoStore.client_factory = staticmethod(FakeClient)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        MongoStore.client_factory = original  # type: ignore[assignment]
+
+
+__all__ = ["DuplicateKeyError", "FakeClient", "installed"]
