@@ -18,11 +18,20 @@ from platform_api.settings import Settings
 _users = itertools.count(1)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def _stores_line() -> str:
     from tests.contract.conftest import ADAPTERS, mongodb_description
 
     return (f"store adapters under contract (tests/contract): {', '.join(ADAPTERS)}; "
             f"{mongodb_description()}; app-level tests on {APP_STORE}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _stores_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Said again at the end, where ``-q`` (which hides the header) shows it too."""
+    terminalreporter.write_line(_stores_line())
 
 
 # HEALTHPLATFORM_TEST_STORE=mongodb runs the app-level tests on the MongoDB adapter (the
