@@ -11,7 +11,11 @@ settled and checked on writes, the grant checked on reads. ``read_unrestricted``
 the same patients as a platform administrator, whom the policy does not restrict: the
 difference between the two read phases of one run is what the policy costs a read.
 
-Usage: ``python bench/fhir_crud.py [--seconds 10] [--connections 32]``
+With ``--store mongodb://host/db?replicaSet=rs0`` the same benchmark runs on the
+MongoDB adapter (the database is emptied first and dropped after: give it one of its own);
+the JSON line then says ``"store": "mongodb"`` and the server's topology.
+
+Usage: ``python bench/fhir_crud.py [--seconds 10] [--connections 32] [--store URL]``
 Needs ``wrk`` (Debian package ``wrk``).
 """
 
@@ -127,7 +131,12 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--only", action="append", choices=list(PHASES),
                         help="run only this phase (repeatable), e.g. to profile it")
+    parser.add_argument("--store", default="",
+                        help="store URL (default: SQLite in a fresh data directory); "
+                             "mongodb://... runs on that MongoDB database, emptied first")
     args = parser.parse_args()
+    if args.store and not args.store.startswith(("mongodb://", "mongodb+srv://", "sqlite:")):
+        sys.exit("--store takes a mongodb:// or sqlite:/// URL")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
     port = free_port()
@@ -140,6 +149,11 @@ def main() -> None:
            "HEALTHPLATFORM_RATE_LIMITS": json.dumps({"read": "100000000/60",
                                                      "write": "100000000/60",
                                                      "public": "100000000/60"})}
+    store = {"store": "sqlite"}
+    if args.store:
+        env["HEALTHPLATFORM_STORE"] = args.store
+        if args.store.startswith("mongodb"):
+            store = {"store": "mongodb", "topology": fresh_mongodb(args.store)}
     exe = Path(sys.executable).parent / "healthplatform"
     subprocess.run([str(exe), "create-admin", "--email", ADMIN["email"]], check=True,
                    env={**env, "HEALTHPLATFORM_ADMIN_PASSWORD": ADMIN["password"]}, cwd=ROOT,
@@ -166,7 +180,7 @@ def main() -> None:
                        "Content-Type": "application/fhir+json"}
             ids = [client.post("/fhir/Patient", json=PATIENT, headers=headers).json()["id"]
                    for _ in range(500)]
-        results = {"connections": args.connections, "seconds_each": args.seconds}
+        results = {**store, "connections": args.connections, "seconds_each": args.seconds}
         run_wrk(base, "/healthz", script("trivial", token, ids), 2, args.connections)  # warm up
         reads: dict[str, list[dict]] = {"read": [], "read_unrestricted": []}
         for kind, path in PHASES.items():
@@ -194,6 +208,28 @@ def main() -> None:
         server.terminate()
         server.wait(10)
         shutil.rmtree(data_dir, ignore_errors=True)
+        if store["store"] == "mongodb":
+            drop_mongodb(args.store)
+
+
+def fresh_mongodb(url: str) -> str:
+    """Empty the benchmark's MongoDB database; the server's topology."""
+    from pymongo import MongoClient
+
+    with MongoClient(url, serverSelectionTimeoutMS=5000) as client:
+        database = client.get_default_database("healthplatform_bench")
+        client.drop_database(database.name)
+        hello = client.admin.command("hello")
+    if hello.get("msg") == "isdbgrid":
+        return "sharded cluster"
+    return f"replica set {hello['setName']}" if "setName" in hello else "standalone"
+
+
+def drop_mongodb(url: str) -> None:
+    from pymongo import MongoClient
+
+    with MongoClient(url, serverSelectionTimeoutMS=5000) as client:
+        client.drop_database(client.get_default_database("healthplatform_bench").name)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from fhir_server.store import (
     SearchTooCostly,
     StoredResource,
     StoreError,
+    TransactionsUnavailable,
     UnstorableResource,
     VersionConflict,
 )
@@ -178,6 +179,8 @@ def store_error_to_fhir(exc: StoreError) -> FhirError:
         return FhirError.of(400, "invalid", str(exc))
     if isinstance(exc, UnstorableResource):
         return FhirError.of(400, "structure", str(exc))
+    if isinstance(exc, TransactionsUnavailable):
+        return FhirError.of(501, "not-supported", str(exc))
     if isinstance(exc, ConditionChanged):
         return FhirError.of(409, "conflict", f"A concurrent write changed the match: {exc}")
     return FhirError.of(500, "exception", "The store refused the operation")

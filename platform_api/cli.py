@@ -300,6 +300,47 @@ def purge() -> None:
                                                   for kind, n in purged.items()))
 
 
+@app.command("mongo-init")
+def mongo_init(
+    url: str | None = typer.Option(None, help="MongoDB URL (default: HEALTHPLATFORM_STORE)"),
+) -> None:
+    """Prepare a MongoDB database for the store: its collections and every index, and on
+    a sharded cluster the shard keys (idempotent: safe to run again, e.g. after an
+    upgrade adds an index). The server also makes collections and indexes at start."""
+    from fhir_server.store.mongo import MongoStore
+    from fhir_server.store.mongo_layout import COLLECTIONS
+
+    target = url or Settings().store_url
+    if not target.startswith(("mongodb://", "mongodb+srv://")):
+        console.print(f"[red]not a MongoDB URL[/]: {target} (set HEALTHPLATFORM_STORE or "
+                      "--url mongodb://...)")
+        raise typer.Exit(2)
+
+    async def run() -> tuple[str, str, list[str], dict[str, list[str]]]:
+        store = MongoStore.from_url(target)
+        await store.open()  # makes the collections and indexes
+        try:
+            sharded = await store.shard_collections()
+            indexes = {name: sorted(await store.db[name].index_information())
+                       for name in COLLECTIONS}
+            return store.database_name, store.topology, sharded, indexes
+        finally:
+            await store.close()
+
+    try:
+        database, topology, sharded, indexes = asyncio.run(run())
+    except Exception as exc:  # the server's refusal, said plainly
+        console.print(f"[red]MongoDB refused[/]: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"[green]MongoDB ready[/]: database {database} on a {topology}")
+    for name, names in indexes.items():
+        console.print(f"  {name}: {len(names)} indexes"
+                      + (" (sharded)" if name in sharded else ""))
+    if topology == "standalone server":
+        console.print("[yellow]standalone: transaction bundles are refused; run a replica "
+                      "set (README, MongoDB)[/]")
+
+
 hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
 app.add_typer(hl7, name="hl7")
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,25 @@ from platform_api.settings import Settings
 _users = itertools.count(1)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    from tests.contract.conftest import ADAPTERS
+def _stores_line() -> str:
+    from tests.contract.conftest import ADAPTERS, mongodb_description
 
     return (f"store adapters under contract (tests/contract): {', '.join(ADAPTERS)}; "
-            "MongoDB: no adapter yet")
+            f"{mongodb_description()}; app-level tests on {APP_STORE}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _stores_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Said again at the end, where ``-q`` (which hides the header) shows it too."""
+    terminalreporter.write_line(_stores_line())
+
+
+# HEALTHPLATFORM_TEST_STORE=mongodb runs the app-level tests on the MongoDB adapter (the
+# in-process fake unless HEALTHPLATFORM_TEST_MONGODB_URI names a server); sqlite otherwise.
+APP_STORE = os.environ.get("HEALTHPLATFORM_TEST_STORE", "sqlite")
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
@@ -29,8 +44,26 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
         "data_dir": tmp_path, "argon2_time_cost": 1, "argon2_memory_kib": 8192,
         "access_log": False, "log_level": "WARNING",
     }
+    if APP_STORE == "mongodb":
+        from tests.contract.conftest import store_url
+
+        values["store"] = store_url("mongodb", tmp_path)
     values.update(overrides)
     return Settings(**values)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def app_store() -> Iterator[None]:
+    """With HEALTHPLATFORM_TEST_STORE=mongodb and no server named, the fake serves."""
+    from tests.contract.conftest import MONGODB_URI
+
+    if APP_STORE != "mongodb" or MONGODB_URI:
+        yield
+        return
+    from tests.contract.mongo_fake import installed
+
+    with installed():
+        yield
 
 
 @pytest.fixture

@@ -84,7 +84,11 @@ def test_the_store_port_loads_no_adapter_until_a_url_asks_for_one():
     import sys
 
     probe = ("import sys, fhir_server.store as s, fhir_server.service, fhir_server.caller; "
-             "assert not [m for m in sys.modules if m.startswith('fhir_server.store.sqlite')]; "
+             "loaded = lambda *p: [m for m in sys.modules if m.startswith(p)]; "
+             "assert not loaded('fhir_server.store.sqlite', 'fhir_server.store.mongo', "
+             "'pymongo', 'bson'); "
              "s.store_from_url('sqlite:///:memory:'); "
-             "assert 'fhir_server.store.sqlite' in sys.modules")
+             "assert 'fhir_server.store.sqlite' in sys.modules and not loaded('pymongo'); "
+             "s.store_from_url('mongodb://127.0.0.1:27017/healthplatform?replicaSet=rs0'); "
+             "assert 'fhir_server.store.mongo' in sys.modules and loaded('pymongo')")
     subprocess.run([sys.executable, "-c", probe], check=True, cwd=ROOT)

@@ -2,7 +2,8 @@
 
 Adapters are imported when a URL of their scheme asks for one, so a deployment loads
 only its own driver: ``sqlite:///path`` (:mod:`fhir_server.store.sqlite`, the embedded
-default), ``mongodb://...`` (production; not built yet).
+default), ``mongodb://...`` and ``mongodb+srv://...`` (:mod:`fhir_server.store.mongo`, production:
+a replica set or a sharded cluster).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fhir_server.store.port import (
     Staging,
     StoredResource,
     StoreError,
+    TransactionsUnavailable,
     UnitOfWork,
     UnstorableResource,
     VersionConflict,
@@ -40,8 +42,10 @@ def store_from_url(url: str, **kwargs: Any) -> ResourceStore:
 
         return SQLiteStore.from_url(url, **kwargs)
     if scheme in ("mongodb", "mongodb+srv"):
-        raise ValueError("the MongoDB adapter is not available yet: use sqlite:///path")
-    raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path")
+        from fhir_server.store.mongo import MongoStore
+
+        return MongoStore.from_url(url, **kwargs)
+    raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path or mongodb://...")
 
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "Staging",
     "StoreError",
     "StoredResource",
+    "TransactionsUnavailable",
     "UnitOfWork",
     "UnstorableResource",
     "VersionConflict",

@@ -109,6 +109,12 @@ class UnstorableResource(StoreError):
         super().__init__(f"{resource_type}/{resource_id} cannot be stored: {reason}")
 
 
+class TransactionsUnavailable(StoreError):
+    """A unit of work writing several resources, on a store that cannot apply it all or
+    nothing (a standalone MongoDB server: multi-document transactions need a replica
+    set). Refused before anything is written (HTTP 501)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResource:
     """One version of a resource as stored. ``body`` is the JSON text including ``meta``."""

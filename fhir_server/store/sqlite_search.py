@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from fhir_server.search.dates import approximate
 from fhir_server.search.matching import plain_token_plan, system_matches
 from fhir_server.search.plan import (
     AccessGrant,
@@ -152,17 +152,6 @@ def _token_cond(c: TokenCriterion, system: str = "x.system", code: str = "x.code
     return " AND ".join(parts) or "1", args
 
 
-def _approximate(lo: str, hi: str) -> tuple[str, str]:
-    """``ap`` on dates: the range widened by 10% of its distance from now (R4 3.1.1.4.2)."""
-    def parse(text: str) -> datetime:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    start, end, now = parse(lo), parse(hi), datetime.now(UTC)
-    margin = abs(now - start) * 0.1
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
-    low = max(start - margin, datetime(1, 1, 1, tzinfo=UTC)) if start.year > 1 else start
-    return low.strftime(fmt), (end + margin).strftime(fmt)
-
-
 def _date_cond(c: RangeCriterion, lo: str = "x.lo", hi: str = "x.hi") -> SQL:
     s_lo, s_hi = c.lo, c.hi
     match c.prefix:
@@ -185,7 +174,7 @@ def _date_cond(c: RangeCriterion, lo: str = "x.lo", hi: str = "x.hi") -> SQL:
         case "eb":
             return f"{hi} <= ?", [s_lo]
         case _:  # ap
-            wide_lo, wide_hi = _approximate(s_lo, s_hi)
+            wide_lo, wide_hi = approximate(s_lo, s_hi)
             return f"{lo} < ? AND {hi} > ?", [wide_hi, wide_lo]
 
 
@@ -205,7 +194,7 @@ def _point_date_cond(c: RangeCriterion, column: str) -> SQL:
         case "le":
             return f"{column} < ?", [c.hi]
         case _:
-            wide_lo, wide_hi = _approximate(c.lo, c.hi)
+            wide_lo, wide_hi = approximate(c.lo, c.hi)
             return f"{column} >= ? AND {column} < ?", [wide_lo, wide_hi]
 
 

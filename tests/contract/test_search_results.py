@@ -99,18 +99,30 @@ async def test_paging_links_stay_stable_while_data_changes(clinical):
     first = await clinical.search("Patient", {"_count": "2", "_sort": "birthdate"})
     assert names(clinical, first) == ["chinedu", "kwame"]
     # A new oldest patient and a new youngest one arrive between the pages.
+    arrived = []
     for birth in ("1930-01-01", "2020-01-01"):
         created = await clinical.client.post("/fhir/Patient", json={
             "resourceType": "Patient", "name": [{"family": "Njoroge"}], "birthDate": birth},
             headers=clinical.headers)
         assert created.status_code == 201
+        arrived.append(created.json()["id"])
     second = await follow(clinical, link(first, "next"))
     third = await follow(clinical, link(second, "next"))
     assert names(clinical, second) == ["amina", "fatima"]
     assert names(clinical, third)[0] == "zoe"
-    cleanup = await clinical.client.delete("/fhir/Patient?family=njoroge",
+    if getattr(clinical.app.state.services.store, "transactions", True):
+        cleanup = await clinical.client.delete("/fhir/Patient?family=njoroge",
+                                               headers=clinical.headers)
+        assert cleanup.status_code == 200
+        return
+    # Without transactions (the MongoDB fake) a delete of several is refused as a whole.
+    refused = await clinical.client.delete("/fhir/Patient?family=njoroge",
                                            headers=clinical.headers)
-    assert cleanup.status_code == 200
+    assert refused.status_code == 501, refused.text
+    for patient_id in arrived:
+        deleted = await clinical.client.delete(f"/fhir/Patient/{patient_id}",
+                                               headers=clinical.headers)
+        assert deleted.status_code in (200, 204)
 
 
 async def test_count_and_total(clinical):

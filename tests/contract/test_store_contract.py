@@ -17,6 +17,7 @@ from fhir_server.store import (
     UnstorableResource,
     VersionConflict,
 )
+from tests.contract.conftest import needs_transactions
 
 
 def patient(family: str, given: str = "Amina") -> dict:
@@ -134,6 +135,7 @@ async def test_history_newest_first_with_since_and_cursor(store):
 
 
 async def test_unit_of_work_is_all_or_nothing(store):
+    needs_transactions(store)
     await write(store, "create", "p1", patient("Odhiambo"))
     with pytest.raises(ResourceExists):
         async with store.unit_of_work() as uow:

@@ -52,6 +52,7 @@ async def test_custom_search_parameter_works_after_reindex(app, client, h, setti
     assert ignored and before == ["Mensah", "Odhiambo"]  # not in effect yet
 
     monkeypatch.setenv("HEALTHPLATFORM_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("HEALTHPLATFORM_STORE", settings.store_url)  # whichever adapter
     result = await asyncio.to_thread(CliRunner().invoke, cli, ["reindex"])
     assert result.exit_code == 0, result.output
     assert "Reindexed" in result.output
@@ -74,6 +75,7 @@ async def test_retiring_the_parameter_and_reindexing_removes_it(app, client, h, 
                                  headers=h)).json()
     await client.post("/fhir/Patient", json=patient("Odhiambo", "Wambui"), headers=h)
     monkeypatch.setenv("HEALTHPLATFORM_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("HEALTHPLATFORM_STORE", settings.store_url)  # whichever adapter
     await asyncio.to_thread(CliRunner().invoke, cli, ["reindex"])
     await client.put(f"/fhir/SearchParameter/{created['id']}",
                      json={**created, "status": "retired"}, headers=h)
