@@ -192,6 +192,14 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/docs/static/{path}"): Rule(PUBLIC, limit="public"),
     **_fhir_rules(),
     **_smart_rules(),
+    # Sessions (platform_api/sessions): reads the spec's operations need beside them.
+    ("GET", "/api/sessions/recordings/{}/audio"): Rule(
+        AUTHENTICATED, scope="sessions:read", limit="read",
+        reason="Plays back the audio a recording's upload stored (its Media's content.url)"),
+    ("GET", "/api/sessions/transcripts/{}"): Rule(
+        AUTHENTICATED, scope="sessions:read", limit="read",
+        reason="Follows a transcription job POST /api/sessions/transcripts queued "
+               "(status, progress) and reads the transcript"),
 }
 
 

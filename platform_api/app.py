@@ -36,6 +36,7 @@ from platform_api import (
     organizations,
     patients,
     scheduling,
+    sessions,
     smart,
 )
 from platform_api.access import AccessMiddleware
@@ -251,6 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         slot_keeper = scheduling.start(services)
+        transcriber = sessions.start(services)
         housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
@@ -258,6 +260,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await housekeeping.stop()
             await slot_keeper.stop()
+            await transcriber.stop()
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -293,6 +296,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dead_letters.router)
     app.include_router(scheduling.router)
     app.include_router(smart.router)
+    app.include_router(sessions.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → routes.
     app.add_middleware(AccessMiddleware)
