@@ -70,10 +70,8 @@ async def spool(body: AsyncIterator[bytes], directory: Path, limit: int,
                 head_bytes: int = 64) -> Spooled:
     """Stream ``body`` into a temporary file in ``directory``, counting and hashing as it
     comes; :class:`BlobTooLarge` (the file removed) past ``limit`` bytes."""
-    directory.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix="upload-", dir=directory)
-    os.close(handle)
-    path, digest, size, head = Path(name), hashlib.sha256(), 0, b""
+    path = await asyncio.to_thread(_new_spool_file, directory)
+    digest, size, head = hashlib.sha256(), 0, b""
     try:
         async with await anyio.open_file(path, "wb") as out:
             async for chunk in body:
@@ -87,9 +85,16 @@ async def spool(body: AsyncIterator[bytes], directory: Path, limit: int,
                 digest.update(chunk)
                 await out.write(chunk)
     except BaseException:
-        path.unlink(missing_ok=True)
+        await anyio.Path(path).unlink(missing_ok=True)
         raise
     return Spooled(path, size, digest.hexdigest(), head)
+
+
+def _new_spool_file(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+    os.close(handle)
+    return Path(name)
 
 
 class BlobStore(Protocol):
@@ -172,7 +177,7 @@ class S3BlobStore:
             await asyncio.to_thread(self.client.upload_file, str(path), self.bucket,
                                     self._key(key), ExtraArgs={"ContentType": content_type})
         finally:
-            path.unlink(missing_ok=True)
+            await anyio.Path(path).unlink(missing_ok=True)
 
     async def chunks(self, key: str, size: int = CHUNK) -> AsyncIterator[bytes]:
         from botocore.exceptions import ClientError

@@ -49,7 +49,6 @@ import orjson
 
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
-from fhir_server.clock import now_instant
 from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
 from platform_api.services import Services
 from platform_api.settings import Settings

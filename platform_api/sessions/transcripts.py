@@ -61,7 +61,6 @@ from platform_api.facade import ApiContext, Facade, ItemContext, api_context, st
 from platform_api.services import Services
 from platform_api.sessions.common import (
     DOCUMENT_TYPES,
-    EXTENSION,
     TASK_CODES,
     attachment_text,
     concept,
