@@ -252,7 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await bus.start()
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         slot_keeper = scheduling.start(services)
-        transcriber = sessions.start(services)
+        sessions_runtime = sessions.start(services)
         housekeeping.start()
         log.info("healthplatform started with store %s", settings.store_url)
         try:
@@ -260,7 +260,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await housekeeping.stop()
             await slot_keeper.stop()
-            await transcriber.stop()
+            await sessions_runtime.stop()
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()

@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from fhir_server.clock import now_instant
 from fhir_server.transactions import process_bundle
-from platform_api.envelope import ApiError, Envelope, conflict, created, not_found
+from platform_api.envelope import ApiError, Envelope, conflict, created
 from platform_api.facade import ApiContext, Facade, ItemContext, api_context
 from platform_api.sessions.common import (
     EXTENSION,
