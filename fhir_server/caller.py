@@ -415,7 +415,8 @@ class FhirUnit:
         self.uow = self.service.store.unit_of_work()
         self._resources: dict[tuple[str, str], JSON | None] = {}  # staged or looked up
         self._implied: list[StagedWrite] = []  # writes pinned to the version checked
-        self._writes: list[tuple[str, StagedWrite]] = []  # (action, write), for listeners
+        # (action, write, what a delete removed), for the access listeners
+        self._writes: list[tuple[str, StagedWrite, StoredResource | None]] = []
 
     async def __aenter__(self) -> FhirUnit:
         await self.uow.__aenter__()
@@ -448,7 +449,7 @@ class FhirUnit:
         staged = self.service.stage_create(self.uow, body, resource_id=body["id"],
                                            condition=condition, validated=True)
         self._resources[(body["resourceType"], body["id"])] = body
-        self._writes.append((CREATE, staged))
+        self._writes.append((CREATE, staged, None))
         return staged
 
     async def update(self, resource: JSON, *, if_match: int | None = None,
@@ -474,7 +475,7 @@ class FhirUnit:
         if implied:
             self._implied.append(staged)
         self._resources[(resource_type, resource_id)] = body
-        self._writes.append((UPDATE if current_json is not None else CREATE, staged))
+        self._writes.append((UPDATE if current_json is not None else CREATE, staged, None))
         return staged
 
     async def patch(self, resource_type: str, resource_id: str, operations: Any, *,
@@ -502,7 +503,7 @@ class FhirUnit:
             if_match=current.version if implied else if_match)
         if implied:
             self._implied.append(staged)
-        self._writes.append((DELETE, staged))
+        self._writes.append((DELETE, staged, None if current.deleted else current))
         return staged
 
     # -- the checks ----------------------------------------------------------------------
@@ -589,9 +590,11 @@ class FhirUnit:
         if written:
             self.service.committed(written)
         if self.service.access_listeners:
-            for action, staged in self._writes:
+            for action, staged, removed in self._writes:
                 if staged.result is not None and not staged.existing:
-                    self.service.accessed(self.access, action, (staged.result,))
+                    # a delete is reported with the version it removed (the tombstone
+                    # holds no content to say whose it was)
+                    self.service.accessed(self.access, action, (removed or staged.result,))
 
 
 __all__ = ["CallerFhir", "FhirUnit", "Staging", "compile_access"]

@@ -208,8 +208,7 @@ class ClinicalAudit:
         return len(events)
 
     def events_of(self, note: Note) -> list[JSON]:
-        resources = [r if isinstance(r, dict) else orjson.loads(r.body) | {
-            "_version": r.version} for r in note.resources]
+        resources = [r if isinstance(r, dict) else _content(r) for r in note.resources]
         if note.interaction == "search":
             return [self._event(note, resources, search=True)]
         return [self._event(note, [r]) for r in resources]
@@ -223,9 +222,9 @@ class ClinicalAudit:
             for patient_id in sorted(compartments.patients_of(resource)):
                 if patient_id not in patients:
                     patients.append(patient_id)
-        entities = [] if search else [_resource_entity(resources[0])]
+        entities: list[JSON] = [] if search else [_resource_entity(resources[0])]
         if search:
-            kinds = sorted({r.get("resourceType") for r in resources})
+            kinds = sorted({str(r.get("resourceType")) for r in resources})
             entities.append({
                 "type": coding(ENTITY_TYPE, "2", "System Object"),
                 "role": coding(OBJECT_ROLE, "24", "Query"),
@@ -241,6 +240,13 @@ class ClinicalAudit:
             address=note.address, user_agent=note.user_agent, request_id=note.request_id,
             entities=entities, service=self.settings.service_name)
         return with_owners(event, owners) if owners else event
+
+
+def _content(stored: StoredResource) -> JSON:
+    if stored.deleted or not stored.body:
+        return {"resourceType": stored.resource_type, "id": stored.id,
+                "_version": stored.version}
+    return orjson.loads(stored.body) | {"_version": stored.version}  # type: ignore[no-any-return]
 
 
 def _resource_entity(resource: JSON) -> JSON:
@@ -362,9 +368,14 @@ class AuditView(BaseModel):
     organization_ids: list[str] = []
 
 
+def _agent_kind(application_system: str, has_person: bool) -> str | None:
+    kinds = {API_KEY_SYSTEM: "api_key", SMART_CLIENT: "smart"}
+    return kinds.get(application_system, "user" if has_person else None)
+
+
 def audit_view(event: JSON) -> JSON:
     agents = event.get("agent") or []
-    person = next((a for a in agents if ((a.get("who") or {}).get("identifier") or {})
+    person: JSON = next((a for a in agents if ((a.get("who") or {}).get("identifier") or {})
                    .get("system") == USER_SYSTEM), {})
     application = next((a for a in agents if a is not person), None)
     app_id = ((application or {}).get("who") or {}).get("identifier") or {}
@@ -391,8 +402,7 @@ def audit_view(event: JSON) -> JSON:
         description=event.get("outcomeDesc"),
         user_id=((person.get("who") or {}).get("identifier") or {}).get("value"),
         user_email=(person.get("who") or {}).get("display"),
-        agent_kind={API_KEY_SYSTEM: "api_key", SMART_CLIENT: "smart"}.get(
-            app_id.get("system"), "user" if person else None),
+        agent_kind=_agent_kind(str(app_id.get("system")), bool(person)),
         client_id=app_id.get("value") if app_id.get("system") == SMART_CLIENT else None,
         network_address=network,
         purpose_of_use=((purpose.get("coding") or [{}])[0]).get("code"),

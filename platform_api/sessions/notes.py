@@ -222,11 +222,11 @@ def note_to_fhir(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
 def note_view(note: JSON) -> JSON:
     sections = {first_code(s.get("code"), LOINC): narrative_text(s.get("text"))
                 for s in note.get("section") or []}
-    signature = next((a for a in reversed(note.get("attester") or [])
+    signature: JSON = next((a for a in reversed(note.get("attester") or [])
                       if a.get("mode") == "legal"), {})
     code = first_code(note.get("type"), LOINC)
-    transforms = next((r for r in note.get("relatesTo") or [] if r.get("code") == "transforms"),
-                      {})
+    transforms: JSON = next((r for r in note.get("relatesTo") or []
+                             if r.get("code") == "transforms"), {})
     return NoteView(
         id=note["id"], patient_id=local_id(note.get("subject"), "Patient"),
         encounter_id=local_id(note.get("encounter"), "Encounter"),

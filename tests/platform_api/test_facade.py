@@ -116,6 +116,23 @@ async def labelled(ctx: ItemContext[Any]) -> dict[str, Any]:
             f"[{ctx.path['label']}]"}
 
 
+WARD = "http://terminology.hl7.org/CodeSystem/v3-RoleCode|HU"
+
+
+def ward_to_fhir(payload: dict, ctx: ApiContext, existing: dict | None) -> dict:
+    system, code = WARD.split("|")
+    return {"resourceType": "Location", "name": payload["name"],
+            "type": [{"coding": [{"system": system, "code": code}]}]}
+
+
+# A facade narrowed by a token search parameter of its type (``type``): a get checks it too.
+wards = Facade(resource="Location", name="Ward", create=RoomCreate, view=AssetView,
+               to_fhir=ward_to_fhir, from_fhir=lambda r: {"id": r["id"], "name": r["name"],
+                                                          "kind": "room"},
+               scope=OrganizationScope(), fixed=[("type", WARD)])
+wards.mount(router, "/api/test-orgs/{org_id}/wards", ops=("create", "get"))
+
+
 @pytest.fixture
 async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
@@ -309,3 +326,16 @@ async def test_a_facade_spans_several_types_narrowed_by_a_tag(kit):
     params = schema["paths"]["/api/test-orgs/{org_id}/assets/{resource_id}/labels/{label}"][
         "get"]["parameters"]
     assert {p["name"] for p in params} == {"org_id", "resource_id", "label"}
+
+
+async def test_a_get_checks_fixed_token_criteria_of_the_type(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    ward = (await client.post(base, json={"name": "Maternity"}, headers=h)).json()["data"]
+    assert (await client.get(f"{base}/{ward['id']}", headers=h)).status_code == 200
+    other = (await client.post("/fhir/Location", headers=h, json={
+        "resourceType": "Location", "name": "Pharmacy store", "type": [{"coding": [{
+            "system": "http://terminology.hl7.org/CodeSystem/v3-RoleCode",
+            "code": "PHARM"}]}]})).json()
+    assert (await client.get(f"{base}/{other['id']}", headers=h)).status_code == 404

@@ -103,10 +103,10 @@ def wav_bytes(seconds: float = 0.5, rate: int = 16000) -> bytes:
     return buffer.getvalue()
 
 
-async def wait_for(check: Any, timeout: float = 60.0, every: float = 0.1) -> Any:
+async def wait_for(check: Any, seconds: float = 60.0, every: float = 0.1) -> Any:
     """Poll the coroutine function ``check`` until it returns something truthy."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + seconds
     while True:
         found = await check()
         if found:
