@@ -8,7 +8,8 @@ Patient and every type of its compartment, AuditEvent itself aside) together wit
 from where (the client's address and user agent) and when, and writes them as
 AuditEvents in batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or
 ``…_BATCH`` events, in one unit of work as the platform), so a request pays for a note
-in memory, not for a write (``bench/clinical_audit.py`` measures it). A process that
+in memory, not for a write (``bench/clinical_audit.py`` measures it); what one request
+read (a patient, then the record) is one AuditEvent with several entities. A process that
 dies loses at most the last second's notes. The platform's own work (the HL7 gateway,
 workers) acts as the system and is not recorded here; auth events have their own trail
 (:mod:`platform_api.audit`).
@@ -91,7 +92,8 @@ OUTCOMES = {"success": "0", "minor_failure": "4", "serious_failure": "8",
             "major_failure": "12"}
 OUTCOME_NAMES = {code: name for name, code in OUTCOMES.items()}
 ACTION_NAMES = {"C": "create", "R": "read", "U": "update", "D": "delete", "E": "execute"}
-MAX_PATIENTS = 50  # patient entities of one search's event
+MAX_PATIENTS = 50  # patient entities of one event
+MAX_ENTITIES = 100  # resource entities of one event (a transaction may write more)
 
 
 # --- what a request leaves behind -----------------------------------------------------------
@@ -195,7 +197,7 @@ class ClinicalAudit:
         notes, self._notes = self._notes, []
         if not notes:
             return 0
-        events = [e for n in notes for e in self.events_of(n)]
+        events = self.events_of(notes)
         fhir = self.services.fhir
         try:
             async with fhir.store.unit_of_work() as uow:
@@ -207,13 +209,23 @@ class ClinicalAudit:
             raise
         return len(events)
 
-    def events_of(self, note: Note) -> list[JSON]:
-        resources = [r if isinstance(r, dict) else _content(r) for r in note.resources]
-        if note.interaction == "search":
-            return [self._event(note, resources, search=True)]
-        return [self._event(note, [r]) for r in resources]
+    def events_of(self, notes: Sequence[Note]) -> list[JSON]:
+        """One AuditEvent per request, interaction and outcome: the resources one /api
+        request read (the patient, then the record) are the entities of one event."""
+        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
+        for note in notes:
+            key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
+                note.request_id, note.principal.user_id, note.interaction, note.refusal)
+            _first, resources = groups.setdefault(key, (note, {}))
+            for resource in note.resources:
+                content = resource if isinstance(resource, dict) else _content(resource)
+                resources.setdefault((content.get("resourceType"), content.get("id"),
+                                      content.get("_version")), content)
+        return [self._event(note, list(resources.values()))
+                for note, resources in groups.values()]
 
-    def _event(self, note: Note, resources: list[JSON], *, search: bool = False) -> JSON:
+    def _event(self, note: Note, resources: list[JSON]) -> JSON:
+        search = note.interaction == "search"
         compartments = self.services.fhir.compartments
         patients: list[str] = []
         owners: set[str] = set()
@@ -222,7 +234,8 @@ class ClinicalAudit:
             for patient_id in sorted(compartments.patients_of(resource)):
                 if patient_id not in patients:
                     patients.append(patient_id)
-        entities: list[JSON] = [] if search else [_resource_entity(resources[0])]
+        entities: list[JSON] = [] if search else [
+            _resource_entity(r) for r in resources[:MAX_ENTITIES]]
         if search:
             kinds = sorted({str(r.get("resourceType")) for r in resources})
             entities.append({

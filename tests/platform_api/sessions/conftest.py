@@ -16,18 +16,12 @@ import pytest
 from platform_api.policy.roles import ORG_DOCTOR, ORG_NURSE, ORG_RECEPTIONIST
 from tests.conftest import add_member, make_clinic_admin, register_and_login
 
+# the envelope helpers the Scheduling tests use
+from tests.platform_api.scheduling.conftest import data, refusal  # noqa: F401
+
 JSON = dict[str, Any]
 PATIENT = {"first_name": "Akinyi", "last_name": "Ouma", "date_of_birth": "1991-07-23",
            "gender": "female", "phone": "+254722334455", "mrn": "KCC-2291"}
-
-
-def data(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    return response.json()["data"]
-
-
-def refusal(response: httpx.Response) -> tuple[int, str]:
-    return response.status_code, response.json()["error"]["code"]
 
 
 async def register_patient(client: httpx.AsyncClient, headers: dict[str, str], org_id: str,

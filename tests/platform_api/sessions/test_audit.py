@@ -157,3 +157,36 @@ async def test_reports_need_a_resource_the_caller_may_read(client, clinic, other
                                    json={**body, "action": "X"})
     assert refusal(bad_action) == (422, "VALIDATION_ERROR")
     assert (await client.post("/api/clinical/audit", json=body)).status_code == 401
+
+
+async def test_a_delete_is_audited_with_the_version_it_removed(client, clinic, app) -> None:
+    observation_id = await observation(client, clinic)
+    deleted = await client.delete(f"/fhir/Observation/{observation_id}",
+                                  headers=clinic["doctor"]["headers"])
+    assert deleted.status_code in (200, 204)
+    await flushed(app)
+    trail = data(await client.get(f"/api/clinical/audit/resource/Observation/{observation_id}"
+                                  "?limit=50", headers=clinic["admin"]["headers"]))
+    removal = next(e for e in trail if e["action"] == "D")
+    assert (removal["entities"][0]["version"], removal["patient_ids"]) == (
+        "1", [clinic["patient_id"]])
+    assert removal["organization_ids"] == [clinic["org_id"]]
+
+
+async def test_one_api_request_is_one_event_naming_what_it_read(client, clinic, app) -> None:
+    note = data(await client.post("/api/clinical/notes", headers=clinic["doctor"]["headers"],
+                                  json={"patient_id": clinic["patient_id"],
+                                        "encounter_id": clinic["encounter_id"],
+                                        "plan": "Review in one week."}), 201)
+    await flushed(app)
+    reads = data(await client.get(
+        f"/api/clinical/audit/search?subtype=read&user_id={clinic['doctor']['user']['id']}"
+        f"&patient_id={clinic['patient_id']}", headers=clinic["admin"]["headers"]))
+    # the create's checks read the patient and the encounter: one event, both entities
+    latest = reads[0]
+    assert {e["reference"] for e in latest["entities"]
+            if e["reference"] and e["role"] != "Patient"} == {
+        f"Patient/{clinic['patient_id']}", f"Encounter/{clinic['encounter_id']}"}
+    created = data(await client.get(f"/api/clinical/audit/resource/Composition/{note['id']}",
+                                    headers=clinic["admin"]["headers"]))
+    assert [e["action"] for e in created] == ["C"]

@@ -219,3 +219,26 @@ async def test_transcription_refusals(client, clinic, other_clinic) -> None:
     assert other.status_code == 201, other.text
     assert refusal(await client.get(f"/api/sessions/transcripts/{other.json()['id']}",
                                     headers=headers)) == (404, "NOT_FOUND")
+
+
+async def test_a_job_is_claimed_once_and_taken_over_when_its_worker_went_silent(
+        tmp_path: Path) -> None:
+    from fhir_server.access import SYSTEM
+    from fhir_server.caller import CallerFhir
+    from platform_api.sessions.transcripts import claim, queued
+
+    settings = make_settings(tmp_path, transcription_workers=0)
+    async with served(settings) as (app, client):
+        clinic = await make_clinic.__wrapped__(app, client)  # type: ignore[attr-defined]
+        recording = await ready_recording(client, clinic, wav_bytes(0.5))
+        job_id = data(await client.post("/api/sessions/transcripts",
+                                        headers=clinic["doctor"]["headers"],
+                                        json={"recording_id": recording["id"]}),
+                      201)["job"]["id"]
+        fhir = CallerFhir(app.state.services.fhir, SYSTEM)
+        assert await queued(fhir, 3600) == [job_id]
+        job = await claim(fhir, job_id, 3600)
+        assert job is not None and job.recording_id == recording["id"]
+        assert await claim(fhir, job_id, 3600) is None  # another worker has it
+        assert await queued(fhir, 3600) == []
+        assert await claim(fhir, job_id, 0) is not None  # silent past the threshold
