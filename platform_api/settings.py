@@ -140,6 +140,12 @@ class Settings(BaseSettings):
     transcription_stale_seconds: float = Field(default=3600.0, gt=0, description="A job "
                                                "in progress this long without news is "
                                                "taken over")
+    extraction_model_url: str = Field(default="", description="Base URL of an "
+                                      "OpenAI-compatible API for the model extractor "
+                                      "(…/v1); empty: rules only")
+    extraction_model_api_key: str = ""
+    extraction_model_name: str = "gpt-4o-mini"
+    extraction_model_timeout_seconds: float = Field(default=60.0, gt=0)
     clinical_audit: bool = Field(default=True, description="Record an AuditEvent for "
                                  "every read and write of clinical data")
     clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)

@@ -27,8 +27,10 @@ What each finding proposes (``subject``/``patient`` the patient, ``encounter`` s
   ``restriction.period.end`` the due date, ``focus`` the transcript).
 
 ``POST /api/sessions/extractions`` takes ``transcript_id`` (a completed transcript) or
-``patient_id`` + ``text``; ``extractor`` chooses the engine (``rules``, the default, is
-:class:`~.extractor.RuleExtractor`). ``POST …/:id/commit`` with the ids to ``accept``
+``patient_id`` + ``text``; ``extractor`` chooses the engine: ``rules`` (the default,
+:class:`~.extractor.RuleExtractor`) or ``model`` (:mod:`.model_extractor`: a language
+model behind an OpenAI-compatible API, its findings kept only where their evidence is in
+the text). ``POST …/:id/commit`` with the ids to ``accept``
 writes those proposals and the updated extraction in ONE FHIR transaction
 (``fhir_server.transactions.process_bundle``, with the caller's access: a proposal the
 caller may not write fails the whole commit), event
@@ -74,7 +76,7 @@ CONDITION_CLINICAL = "http://terminology.hl7.org/CodeSystem/condition-clinical"
 CONDITION_VERIFICATION = "http://terminology.hl7.org/CodeSystem/condition-ver-status"
 CONDITION_CATEGORY = "http://terminology.hl7.org/CodeSystem/condition-category"
 UCUM = "http://unitsofmeasure.org"
-EXTRACTORS: dict[str, Extractor] = {"rules": RuleExtractor()}
+RULES = RuleExtractor()
 
 
 class ExtractionCreate(BaseModel):
@@ -82,7 +84,9 @@ class ExtractionCreate(BaseModel):
     patient_id: str | None = Field(default=None, min_length=1, max_length=64)
     encounter_id: str | None = Field(default=None, min_length=1, max_length=64)
     text: str | None = Field(default=None, min_length=1, max_length=200_000)
-    extractor: Literal["rules"] = "rules"
+    extractor: Literal["rules", "model"] = Field(
+        default="rules", description="rules (deterministic, the default) or model (the "
+        "language model the server is configured with)")
 
     @model_validator(mode="after")
     def one_source(self) -> ExtractionCreate:
@@ -333,6 +337,18 @@ router = APIRouter(tags=["sessions"])
 extractions.mount(router, "/api/sessions/extractions", ops=("get",))
 
 
+def _extractor(ctx: ApiContext, name: str) -> Extractor:
+    if name == "rules":
+        return RULES
+    settings = ctx.services.settings
+    if not settings.extraction_model_url:
+        raise ApiError(422, "PROVIDER_NOT_CONFIGURED", "No extraction model is configured "
+                       "on this server", field="extractor")
+    from platform_api.sessions.model_extractor import ModelExtractor
+
+    return ModelExtractor(settings)
+
+
 @router.post("/api/sessions/extractions", status_code=201,
              response_model=Envelope[ExtractionView],
              summary="Extract proposed FHIR resources (vital signs, medications, allergies, "
@@ -351,8 +367,8 @@ async def create_extraction(body: ExtractionCreate, ctx: ApiContext = Depends(ap
     assert text is not None and patient_id is not None
     await check_patient_and_encounter(ctx, {"patient_id": patient_id,
                                             "encounter_id": encounter_id})
-    extractor = EXTRACTORS[body.extractor]
-    findings = extractor.extract(text)
+    extractor = _extractor(ctx, body.extractor)
+    findings = await extractor.propose(text)
     task = extraction_task(findings, text, patient_id, encounter_id, body.transcript_id,
                            extractor, user_reference(ctx.principal))
     unit = ctx.unit()
@@ -422,4 +438,4 @@ def _transaction(task: JSON, accepted: list[str], ctx: ItemContext[Any]) -> JSON
     return {"resourceType": "Bundle", "type": "transaction", "entry": entries}
 
 
-__all__ = ["EXTRACTORS", "ExtractionView", "extractions", "propose", "router"]
+__all__ = ["RULES", "ExtractionView", "extractions", "propose", "router"]

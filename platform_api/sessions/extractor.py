@@ -21,6 +21,7 @@ extractor implements too.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -57,10 +58,13 @@ class Finding:
 
 
 class Extractor(Protocol):
+    """An engine that finds what a text says (the rules here, or a model:
+    :mod:`.model_extractor`)."""
+
     name: str
     version: str
 
-    def extract(self, text: str) -> list[Finding]: ...
+    async def propose(self, text: str) -> list[Finding]: ...
 
 
 @cache
@@ -158,6 +162,10 @@ class RuleExtractor:
         follow = data["follow_up"]
         self.follow_up = re.compile(follow["pattern"], re.I)
         self.numbers, self.days = follow["numbers"], follow["days"]
+
+    async def propose(self, text: str) -> list[Finding]:
+        # patterns over a long transcript take milliseconds: off the event loop
+        return await asyncio.to_thread(self.extract, text)
 
     def extract(self, text: str) -> list[Finding]:
         findings = [*self._vitals(text)]

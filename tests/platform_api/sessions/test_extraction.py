@@ -147,3 +147,68 @@ async def test_extraction_refusals(client, clinic, other_clinic) -> None:
                              headers=other_clinic["admin"]["headers"])).status_code == 403
     assert refusal(await client.get("/api/sessions/extractions/nothing",
                                     headers=headers)) == (404, "NOT_FOUND")
+
+
+async def test_a_model_extractor_is_kept_to_what_the_text_says(tmp_path) -> None:
+    import socket
+
+    from aiohttp import web
+
+    from tests.conftest import make_settings
+    from tests.platform_api.scheduling.conftest import served
+    from tests.platform_api.sessions.conftest import clinic as make_clinic
+    from tests.platform_api.sessions.model_standin import ChatStandIn
+
+    stand_in = ChatStandIn("sk-model-kisumu", findings=[
+        {"kind": "vital-sign", "name": "blood pressure", "evidence": "BP 160/100",
+         "value": 160, "value2": 100},
+        {"kind": "medication", "name": "Paracetamol", "evidence": "paracetamol 1 g",
+         "dosage": "1 g three times daily"},
+        {"kind": "problem", "name": "pre-eclampsia", "evidence": "suspect pre-eclampsia",
+         "uncertain": True},
+        {"kind": "problem", "name": "migraine", "evidence": "a migraine she never had"},
+        {"kind": "vital-sign", "name": "heart rate", "evidence": "BP 160/100", "value": 900},
+    ])
+    runner = web.AppRunner(stand_in.app())
+    await runner.setup()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    text = "BP 160/100 today. Took paracetamol 1 g for the headache. I suspect pre-eclampsia."
+    try:
+        settings = make_settings(tmp_path, transcription_workers=0,
+                                 extraction_model_url=f"http://127.0.0.1:{port}/v1",
+                                 extraction_model_api_key="sk-model-kisumu",
+                                 extraction_model_name="clinical-extractor-7b")
+        async with served(settings) as (app, client):
+            clinic = await make_clinic.__wrapped__(app, client)  # type: ignore[attr-defined]
+            headers = clinic["doctor"]["headers"]
+            made = data(await client.post("/api/sessions/extractions", headers=headers, json={
+                "patient_id": clinic["patient_id"], "text": text, "extractor": "model"}), 201)
+            assert made["extractor"] == "model clinical-extractor-7b"
+            found = {p["kind"] + ":" + p["evidence"]["text"]: p for p in made["proposals"]}
+            # the invented migraine (not in the text) and the implausible pulse are dropped
+            assert set(found) == {"vital-sign:BP 160/100", "medication:paracetamol 1 g",
+                                  "problem:suspect pre-eclampsia"}
+            paracetamol = found["medication:paracetamol 1 g"]["resource"]
+            assert paracetamol["medicationCodeableConcept"]["coding"][0]["code"] == "161"
+            condition = found["problem:suspect pre-eclampsia"]["resource"]
+            assert condition["verificationStatus"]["coding"][0]["code"] == "provisional"
+            assert condition["code"]["coding"][1] == {
+                "system": "http://hl7.org/fhir/sid/icd-10", "code": "O14.9",
+                "display": "Pre-eclampsia"}
+            assert stand_in.received[0]["messages"][1]["content"] == text
+            stand_in.content = "not json"
+            broken = await client.post("/api/sessions/extractions", headers=headers, json={
+                "patient_id": clinic["patient_id"], "text": text, "extractor": "model"})
+            assert refusal(broken) == (502, "EXTRACTOR_FAILED")
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_model_extractor_needs_a_configured_model(client, clinic) -> None:
+    missing = await client.post("/api/sessions/extractions", headers=clinic["doctor"]["headers"],
+                                json={"patient_id": clinic["patient_id"], "text": "Pulse 72.",
+                                      "extractor": "model"})
+    assert refusal(missing) == (422, "PROVIDER_NOT_CONFIGURED")
