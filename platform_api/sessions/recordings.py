@@ -447,7 +447,7 @@ async def _digests(services: Services, recording_id: str) -> tuple[int, str, str
 # --- download ----------------------------------------------------------------------------------
 
 
-@router.get("/api/sessions/recordings/{resource_id}/audio",
+@router.get("/api/sessions/recordings/{resource_id}/audio", response_class=StreamingResponse,
             summary="The audio of a ready recording (streamed)",
             responses={200: {"content": {t: {} for t in AUDIO_TYPES}}})
 async def download_audio(resource_id: str, ctx: ApiContext = Depends(api_context)) -> Any:

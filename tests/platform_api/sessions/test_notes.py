@@ -142,3 +142,34 @@ async def test_note_refusals(client, clinic, other_clinic) -> None:
                              headers=other_clinic["admin"]["headers"])).status_code == 403
     assert refusal(await client.get("/api/clinical/notes/nothing-here",
                                     headers=clinic["doctor"]["headers"])) == (404, "NOT_FOUND")
+
+
+async def test_a_consent_opens_the_patients_notes_to_another_clinic(client, clinic,
+                                                                  other_clinic) -> None:
+    note = data(await write_note(client, clinic), 201)
+    theirs = other_clinic["admin"]["headers"]
+    path = f"/api/clinical/notes/patient/{clinic['patient_id']}"
+    assert (await client.get(f"/api/clinical/notes/{note['id']}", headers=theirs)
+            ).status_code == 403
+    consent = await client.post("/fhir/Consent", headers=clinic["admin"]["headers"], json={
+        "resourceType": "Consent", "status": "active",
+        "scope": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/consentscope",
+                              "code": "patient-privacy"}]},
+        "category": [{"coding": [{"system": "http://loinc.org", "code": "59284-0"}]}],
+        "patient": {"reference": f"Patient/{clinic['patient_id']}"},
+        "policyRule": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+                                   "code": "OPTIN"}]},
+        "provision": {"type": "permit", "actor": [{
+            "role": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-RoleClass",
+                                 "code": "PROV"}]},
+            "reference": {"reference": f"Organization/{other_clinic['org_id']}"}}]}})
+    assert consent.status_code == 201, consent.text
+    assert data(await client.get(f"/api/clinical/notes/{note['id']}", headers=theirs))[
+        "id"] == note["id"]
+    assert (await client.get(path, headers=theirs)).json()["meta"]["total"] == 1
+    # they write their own note for the patient; it belongs to their clinic
+    own = data(await write_note(client, {**clinic, "doctor": other_clinic["admin"]},
+                                encounter_id=None), 201)
+    fhir = (await client.get(f"/fhir/Composition/{own['id']}", headers=theirs)).json()
+    assert {"system": "urn:healthplatform:organization", "code": other_clinic["org_id"]} in \
+        fhir["meta"]["security"]
