@@ -29,7 +29,7 @@ resource), so only writers in other processes can make them try again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -138,14 +138,18 @@ class CallerFhir:
         resource = orjson.loads(stored.body)
         patients_of = self._patients_once(resource)
         if not any(admits(g, resource, patients_of, self.tokens_of) for g in grants):
-            raise AccessDenied(f"{self._who()} may not read "
-                               f"{stored.resource_type}/{stored.id}"
-                               f"{self.access.explain(READ, stored.resource_type)}")
+            message = (f"{self._who()} may not read {stored.resource_type}/{stored.id}"
+                       f"{self.access.explain(READ, stored.resource_type)}")
+            if self.service.access_listeners:
+                self.service.accessed(self.access, READ, (stored,), message)
+            raise AccessDenied(message)
 
     async def read(self, resource_type: str, resource_id: str, version: int | None = None
                    ) -> StoredResource:
         stored = await self.service.read(resource_type, resource_id, version)
         self.check_read(stored)
+        if self.service.access_listeners:
+            self.service.accessed(self.access, READ, (stored,))
         return stored
 
     async def read_json(self, resource_type: str, resource_id: str) -> JSON:
@@ -194,7 +198,10 @@ class CallerFhir:
     async def search_page(self, plan: SearchPlan) -> SearchPage:
         if plan.access is None:
             self.restrict(plan)
-        return await self.service.search_page(plan)
+        page = await self.service.search_page(plan)
+        if self.service.access_listeners and (page.resources or page.included):
+            self.service.accessed(self.access, SEARCH, [*page.resources, *page.included])
+        return page
 
     async def search(self, resource_type: str, params: Params, *, included: bool = False
                      ) -> list[JSON]:
@@ -206,7 +213,7 @@ class CallerFhir:
         plan.count = MAX_COUNT
         found: list[JSON] = []
         while True:
-            page = await self.service.search_page(plan)
+            page = await self.search_page(plan)
             found += [orjson.loads(s.body) for s in page.resources]
             if included:
                 found += [orjson.loads(s.body) for s in page.included]
@@ -408,6 +415,8 @@ class FhirUnit:
         self.uow = self.service.store.unit_of_work()
         self._resources: dict[tuple[str, str], JSON | None] = {}  # staged or looked up
         self._implied: list[StagedWrite] = []  # writes pinned to the version checked
+        # (action, write, what a delete removed), for the access listeners
+        self._writes: list[tuple[str, StagedWrite, StoredResource | None]] = []
 
     def acting_as(self, access: Access) -> FhirUnit:
         """A unit staging into this one's unit of work with ``access``, committed (or
@@ -451,6 +460,7 @@ class FhirUnit:
             self.uow, body, resource_id=body["id"], condition=condition, validated=True,
             index=await self.service.index(body, offload=offload))
         self._resources[(body["resourceType"], body["id"])] = body
+        self._writes.append((CREATE, staged, None))
         return staged
 
     async def update(self, resource: JSON, *, if_match: int | None = None,
@@ -478,6 +488,7 @@ class FhirUnit:
         if implied:
             self._implied.append(staged)
         self._resources[(resource_type, resource_id)] = body
+        self._writes.append((UPDATE if current_json is not None else CREATE, staged, None))
         return staged
 
     async def patch(self, resource_type: str, resource_id: str, operations: Any, *,
@@ -505,6 +516,7 @@ class FhirUnit:
             if_match=current.version if implied else if_match)
         if implied:
             self._implied.append(staged)
+        self._writes.append((DELETE, staged, None if current.deleted else current))
         return staged
 
     def expunge(self, resource_type: str, resource_id: str, *, history_only: bool = False
@@ -524,9 +536,8 @@ class FhirUnit:
     def _check(self, action: str, resource: JSON, verb: str) -> None:
         if not self.caller.admitted(action, resource):
             kind = str(resource.get("resourceType"))
-            raise AccessDenied(f"{self.caller._who()} may not {verb} "
-                               f"{kind}/{resource.get('id')}"
-                               f"{self.access.explain(action, kind)}")
+            self._refused(action, resource, f"{self.caller._who()} may not {verb} "
+                          f"{kind}/{resource.get('id')}{self.access.explain(action, kind)}")
 
     async def _authorized(self, action: str, resource: JSON, current: JSON | None, *,
                           ownerless: bool = False) -> JSON:
@@ -550,7 +561,8 @@ class FhirUnit:
             return patients if candidate is settled else self.caller.patients_of(candidate)
 
         if not any(admits(g, settled, patients_of, self.caller.tokens_of) for g in grants):
-            raise AccessDenied(
+            self._refused(
+                action, settled,
                 f"{self.caller._who()} may not {action} this {resource_type}: it would "
                 "belong to an organization (meta.security) or patient you do not act for"
                 f"{self.access.explain(action, resource_type)}",
@@ -558,9 +570,15 @@ class FhirUnit:
         for patient_id in sorted(patients):
             patient = await self._patient(patient_id)
             if patient is not None and not self.caller.admitted(READ, patient):
-                raise AccessDenied(f"{self.caller._who()} may not write records about "
-                                   f"Patient/{patient_id}")
+                self._refused(action, settled, f"{self.caller._who()} may not write records "
+                              f"about Patient/{patient_id}")
         return settled
+
+    def _refused(self, action: str, resource: JSON, message: str, *expression: str
+                 ) -> NoReturn:
+        if self.service.access_listeners:
+            self.service.accessed(self.access, action, (resource,), message)
+        raise AccessDenied(message, *expression)
 
     async def _patient(self, patient_id: str) -> JSON | None:
         key = ("Patient", patient_id)
@@ -597,6 +615,12 @@ class FhirUnit:
         written = [r for r in self._resources.values() if r is not None]
         if written:
             self.service.committed(written)
+        if self.service.access_listeners:
+            for action, staged, removed in self._writes:
+                if staged.result is not None and not staged.existing:
+                    # a delete is reported with the version it removed (the tombstone
+                    # holds no content to say whose it was)
+                    self.service.accessed(self.access, action, (removed or staged.result,))
 
 
 __all__ = ["CallerFhir", "FhirUnit", "Staging", "compile_access"]

@@ -53,6 +53,8 @@ LARGE_RESOURCE_BYTES = 32 * 1024
 
 
 RESOURCE_EVENTS = ("resource_created", "resource_updated", "resource_deleted")
+# (access, interaction, resources, refusal): see FhirService.add_access_listener
+AccessListener = Callable[[Any, str, Sequence[Any], str | None], None]
 
 
 class FhirService:
@@ -81,6 +83,7 @@ class FhirService:
         self.compartments = PatientCompartments(self.registry)
         self._registry_checked = 0.0
         self._write_listeners: list[Callable[[Sequence[JSON]], None]] = []
+        self.access_listeners: list[AccessListener] = []
         self._resource_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
             weakref.WeakValueDictionary()
 
@@ -96,6 +99,20 @@ class FhirService:
         """``callback(resources)`` after each unit of work that wrote ``resources`` commits
         in this process (the access policy forgets what a Consent changed)."""
         self._write_listeners.append(callback)
+
+    def add_access_listener(self, callback: AccessListener) -> None:
+        """``callback(access, interaction, resources, refusal)`` whenever a caller
+        (:class:`~fhir_server.caller.CallerFhir`) read, searched or wrote resources, or
+        was refused: ``interaction`` read | search | create | update | delete;
+        ``resources`` the StoredResources read, found or written (dicts for a refused
+        write); ``refusal`` the reason of a refusal, else None. Called on the request's
+        path: it must only take note (the clinical audit trail batches its writes)."""
+        self.access_listeners.append(callback)
+
+    def accessed(self, access: Any, interaction: str, resources: Sequence[Any],
+                 refusal: str | None = None) -> None:
+        for callback in self.access_listeners:
+            callback(access, interaction, resources, refusal)
 
     def committed(self, resources: Sequence[JSON]) -> None:
         for callback in self._write_listeners:

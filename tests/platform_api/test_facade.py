@@ -183,6 +183,23 @@ async def labelled(ctx: ItemContext[Any]) -> dict[str, Any]:
             f"[{ctx.path['label']}]"}
 
 
+WARD = "http://terminology.hl7.org/CodeSystem/v3-RoleCode|HU"
+
+
+def ward_to_fhir(payload: dict, ctx: ApiContext, existing: dict | None) -> dict:
+    system, code = WARD.split("|")
+    return {"resourceType": "Location", "name": payload["name"],
+            "type": [{"coding": [{"system": system, "code": code}]}]}
+
+
+# A facade narrowed by a token search parameter of its type (``type``): a get checks it too.
+wards = Facade(resource="Location", name="Ward", create=RoomCreate, view=AssetView,
+               to_fhir=ward_to_fhir, from_fhir=lambda r: {"id": r["id"], "name": r["name"],
+                                                          "kind": "room"},
+               scope=OrganizationScope(), fixed=[("type", WARD)])
+wards.mount(router, "/api/test-orgs/{org_id}/wards", ops=("create", "get"))
+
+
 @pytest.fixture
 async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
@@ -526,3 +543,16 @@ async def test_create_unique_fails_the_whole_unit_when_a_match_exists(kit):
             await unit.commit()
     assert is_duplicate(refused.value)
     assert await app.state.services.fhir.find_json("Basic", note.id) is None  # rolled back
+
+
+async def test_a_get_checks_fixed_token_criteria_of_the_type(kit):
+    _app, client = kit
+    admin = await make_clinic_admin(client)
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    ward = (await client.post(base, json={"name": "Maternity"}, headers=h)).json()["data"]
+    assert (await client.get(f"{base}/{ward['id']}", headers=h)).status_code == 200
+    other = (await client.post("/fhir/Location", headers=h, json={
+        "resourceType": "Location", "name": "Pharmacy store", "type": [{"coding": [{
+            "system": "http://terminology.hl7.org/CodeSystem/v3-RoleCode",
+            "code": "PHARM"}]}]})).json()
+    assert (await client.get(f"{base}/{other['id']}", headers=h)).status_code == 404

@@ -1,0 +1,555 @@
+"""The clinical audit trail: FHIR **AuditEvent** for every read and write of clinical
+data, for events apps report, and the queries over them.
+
+**Recorded by the platform.** The FHIR service tells its access listeners of every read,
+search and write any caller made (and every refusal), whichever door it came through
+(/fhir, bundles, /api): :class:`ClinicalAudit` notes those that touch clinical data (the
+Patient and every type of its compartment, AuditEvent itself aside) together with who,
+from where (the client's address and user agent) and when, and writes them as
+AuditEvents in batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or
+``…_BATCH`` events, in one unit of work as the platform), so a request pays for a note
+in memory, not for a write (``bench/clinical_audit.py`` measures it); what one request
+read (a patient, then the record) is one AuditEvent with several entities. A process that
+dies loses at most the last second's notes. The platform's own work (the HL7 gateway,
+workers) acts as the system and is not recorded here; auth events have their own trail
+(:mod:`platform_api.audit`).
+
+Mapping (AuditEvent element ← what happened):
+
+    type        DICOM 110110 Patient Record for an app's report; audit-event-type
+                ``rest`` (RESTful Operation) for what the platform records
+    subtype     restful-interaction read | search-type | create | update | delete, or the
+                app's own code (urn:healthplatform:audit-subtype, e.g. print, export)
+    action      C | R | U | D | E
+    recorded    when (``occurred_at`` of a report is ``period.start``)
+    outcome     0 success, 4 minor failure (a refusal), 8 serious, 12 major failure
+    outcomeDesc the refusal's reason, or the report's description
+    agent       who: the user (identifier urn:healthplatform:user|<id>, e-mail, humanuser),
+                an API key (DCM 110150 Application) acting for its owner, or a SMART app
+                (urn:healthplatform:smart-client|<client id>); ``network`` the client's
+                address; ``purposeOfUse`` of a report (v3 PurposeOfUse, e.g. ETREAT)
+    source      this service (security-source-type 4 Application Server), the request id
+    entity      the resource (audit-entity-type 2 System Object, object-role 4 Domain
+                Resource, its version in ``detail``) and each patient concerned (type 1
+                Person, role 1 Patient); a search's query in ``entity.query``; the
+                request's X-Request-ID (urn:healthplatform:request-id)
+    meta.security  the organizations owning the resources: their ORG:ADMINs read it
+
+Who reads the trail: the access policy's ``audit`` category (an organization's
+ORG:ADMIN for what it owns; platform administrators everything). ``POST
+/api/clinical/audit``: any signed-in user about a resource they may read (the agent is
+always the caller: nobody records in another's name); event
+``platform.clinical.audit_recorded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
+from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
+from fhir_server.validation import is_resource_type
+from platform_api.audit import (
+    API_KEY_SYSTEM,
+    DCM,
+    ENTITY_TYPE,
+    OBJECT_ROLE,
+    ROLE_TYPE,
+    SERVICE_SYSTEM,
+    SOURCE_TYPE,
+)
+from platform_api.auth.principal import Principal
+from platform_api.envelope import ApiError, Envelope, created, not_found
+from platform_api.facade import ApiContext, Facade, SearchParam, api_context
+from platform_api.observability import request_id_var, request_scope_var
+from platform_api.policy import PolicyAccess
+from platform_api.services import Services
+from platform_api.sessions.common import USER_SYSTEM, coding
+
+log = logging.getLogger("healthplatform.clinical_audit")
+JSON = dict[str, Any]
+EVENT_TYPE = "http://terminology.hl7.org/CodeSystem/audit-event-type"
+INTERACTION = "http://hl7.org/fhir/restful-interaction"
+SUBTYPES = "urn:healthplatform:audit-subtype"
+SMART_CLIENT = "urn:healthplatform:smart-client"
+REQUEST_SYSTEM = "urn:healthplatform:request-id"
+PURPOSE = "http://terminology.hl7.org/CodeSystem/v3-ActReason"
+RECORDED = "platform.clinical.audit_recorded"
+AUDIT = "sessions.clinical_audit"
+ACTIONS = {"create": "C", "read": "R", "search": "R", "update": "U", "delete": "D"}
+INTERACTIONS = {"search": "search-type"}
+OUTCOMES = {"success": "0", "minor_failure": "4", "serious_failure": "8",
+            "major_failure": "12"}
+OUTCOME_NAMES = {code: name for name, code in OUTCOMES.items()}
+ACTION_NAMES = {"C": "create", "R": "read", "U": "update", "D": "delete", "E": "execute"}
+MAX_PATIENTS = 50  # patient entities of one event
+MAX_ENTITIES = 100  # resource entities of one event (a transaction may write more)
+
+
+# --- what a request leaves behind -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    principal: Principal
+    interaction: str
+    resources: Sequence[Any]  # StoredResource, or a dict (a refused write)
+    refusal: str | None
+    recorded: str
+    address: str | None
+    user_agent: str | None
+    request_id: str | None
+
+
+def _client() -> tuple[str | None, str | None]:
+    scope = request_scope_var.get()
+    if scope is None:
+        return None, None
+    client = scope.get("client")
+    agent = next((v.decode("latin-1")[:200] for k, v in scope.get("headers") or ()
+                  if k == b"user-agent"), None)
+    return (client[0] if client else None), agent
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _type_of(resource: Any) -> str:
+    if isinstance(resource, StoredResource):
+        return resource.resource_type
+    return str(resource.get("resourceType"))
+
+
+class ClinicalAudit:
+    """Notes clinical reads and writes on the request's path, writes them in batches."""
+
+    def __init__(self, services: Services):
+        self.services = services
+        self.settings = services.settings
+        self._notes: list[Note] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._types: tuple[str, frozenset[str]] | None = None
+
+    def clinical_types(self) -> frozenset[str]:
+        registry = self.services.fhir.registry
+        if self._types is None or self._types[0] != registry.version:
+            types = {"Patient", *registry.compartment_types("Patient")} - {"AuditEvent"}
+            self._types = (registry.version, frozenset(types))
+        return self._types[1]
+
+    # -- on the request's path -----------------------------------------------------------
+    def note(self, access: Any, interaction: str, resources: Sequence[Any],
+             refusal: str | None) -> None:
+        if not isinstance(access, PolicyAccess):
+            return  # the platform itself
+        clinical = self.clinical_types()
+        kept = [r for r in resources if _type_of(r) in clinical]
+        if not kept:
+            return
+        address, agent = _client()
+        self._notes.append(Note(access.subject.principal, interaction, kept, refusal,
+                                _now(), address, agent, request_id_var.get()))
+        if len(self._notes) >= self.settings.clinical_audit_batch:
+            self._wake.set()
+
+    # -- in the background -----------------------------------------------------------------
+    def start(self) -> None:
+        self.services.fhir.add_access_listener(self.note)
+        self._task = asyncio.create_task(self._run(), name="clinical-audit")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        await self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(),
+                                       self.settings.clinical_audit_flush_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("could not write the clinical audit events")
+
+    async def flush(self) -> int:
+        """Write what was noted so far; how many AuditEvents."""
+        notes, self._notes = self._notes, []
+        if not notes:
+            return 0
+        events = self.events_of(notes)
+        fhir = self.services.fhir
+        try:
+            async with fhir.store.unit_of_work() as uow:
+                for event in events:
+                    fhir.stage_create(uow, event, validated=True)
+                await uow.commit()
+        except Exception:
+            self._notes[:0] = notes  # kept for the next pass: an audit record is not dropped
+            raise
+        return len(events)
+
+    def events_of(self, notes: Sequence[Note]) -> list[JSON]:
+        """One AuditEvent per request, interaction and outcome: the resources one /api
+        request read (the patient, then the record) are the entities of one event."""
+        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
+        for note in notes:
+            key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
+                note.request_id, note.principal.user_id, note.interaction, note.refusal)
+            _first, resources = groups.setdefault(key, (note, {}))
+            for resource in note.resources:
+                content = resource if isinstance(resource, dict) else _content(resource)
+                resources.setdefault((content.get("resourceType"), content.get("id"),
+                                      content.get("_version")), content)
+        return [self._event(note, list(resources.values()))
+                for note, resources in groups.values()]
+
+    def _event(self, note: Note, resources: list[JSON]) -> JSON:
+        search = note.interaction == "search"
+        compartments = self.services.fhir.compartments
+        patients: list[str] = []
+        owners: set[str] = set()
+        for resource in resources:
+            owners |= owner_labels(resource)
+            for patient_id in sorted(compartments.patients_of(resource)):
+                if patient_id not in patients:
+                    patients.append(patient_id)
+        entities: list[JSON] = [] if search else [
+            _resource_entity(r) for r in resources[:MAX_ENTITIES]]
+        if search:
+            kinds = sorted({str(r.get("resourceType")) for r in resources})
+            entities.append({
+                "type": coding(ENTITY_TYPE, "2", "System Object"),
+                "role": coding(OBJECT_ROLE, "24", "Query"),
+                "query": base64.b64encode(",".join(kinds).encode()).decode("ascii"),
+                "description": f"{len(resources)} resources"})
+        entities += [_patient_entity(p) for p in patients[:MAX_PATIENTS]]
+        interaction = INTERACTIONS.get(note.interaction, note.interaction)
+        event = audit_event(
+            note.principal, kind=coding(EVENT_TYPE, "rest", "RESTful Operation"),
+            subtype=coding(INTERACTION, interaction, interaction),
+            action=ACTIONS.get(note.interaction, "E"), recorded=note.recorded,
+            outcome="4" if note.refusal else "0", description=note.refusal,
+            address=note.address, user_agent=note.user_agent, request_id=note.request_id,
+            entities=entities, service=self.settings.service_name)
+        return with_owners(event, owners) if owners else event
+
+
+def _content(stored: StoredResource) -> JSON:
+    if stored.deleted or not stored.body:
+        return {"resourceType": stored.resource_type, "id": stored.id,
+                "_version": stored.version}
+    return orjson.loads(stored.body) | {"_version": stored.version}  # type: ignore[no-any-return]
+
+
+def _resource_entity(resource: JSON) -> JSON:
+    entity: JSON = {"what": {"reference": f"{resource.get('resourceType')}/"
+                                          f"{resource.get('id')}"},
+                    "type": coding(ENTITY_TYPE, "2", "System Object"),
+                    "role": coding(OBJECT_ROLE, "4", "Domain Resource")}
+    version = resource.get("_version") or (resource.get("meta") or {}).get("versionId")
+    if version:
+        entity["detail"] = [{"type": "versionId", "valueString": str(version)}]
+    return entity
+
+
+def _patient_entity(patient_id: str) -> JSON:
+    return {"what": {"reference": f"Patient/{patient_id}"},
+            "type": coding(ENTITY_TYPE, "1", "Person"),
+            "role": coding(OBJECT_ROLE, "1", "Patient")}
+
+
+def _agents(principal: Principal, address: str | None, user_agent: str | None) -> list[JSON]:
+    person: JSON = {
+        "type": {"coding": [coding(ROLE_TYPE, "humanuser", "human user")]},
+        "who": {"identifier": {"system": USER_SYSTEM, "value": principal.user_id},
+                **({"display": principal.email} if principal.email else {})},
+        "requestor": principal.kind == "user"}
+    if principal.roles:
+        person["role"] = [{"text": role} for role in sorted(principal.roles)]
+    network = {"address": address, "type": "2"} if address else None
+    if principal.kind == "user":
+        if network:
+            person["network"] = network
+        if user_agent:
+            person["name"] = user_agent
+        return [person]
+    if principal.kind == "api_key":
+        who = {"identifier": {"system": API_KEY_SYSTEM, "value": principal.token_id or ""},
+               "display": "API key"}
+    else:
+        client = principal.smart.client_id if principal.smart else ""
+        who = {"identifier": {"system": SMART_CLIENT, "value": client}, "display": "SMART app"}
+    application: JSON = {"type": {"coding": [coding(DCM, "110150", "Application")]},
+                         "who": who, "requestor": True}
+    if network:
+        application["network"] = network
+    return [application, person]
+
+
+def audit_event(principal: Principal, *, kind: JSON, subtype: JSON, action: str,
+                recorded: str, outcome: str, description: str | None, address: str | None,
+                user_agent: str | None, request_id: str | None, entities: list[JSON],
+                service: str, purpose: str | None = None, period_start: str | None = None
+                ) -> JSON:
+    source: JSON = {"site": service,
+                    "observer": {"identifier": {"system": SERVICE_SYSTEM, "value": "fhir"},
+                                 "display": f"{service} clinical data"},
+                    "type": [coding(SOURCE_TYPE, "4", "Application Server")]}
+    agents = _agents(principal, address, user_agent)
+    if purpose:
+        agents[0]["purposeOfUse"] = [{"coding": [coding(PURPOSE, purpose)]}]
+    event: JSON = {"resourceType": "AuditEvent", "type": kind, "subtype": [subtype],
+                   "action": action, "recorded": recorded, "outcome": outcome,
+                   "agent": agents, "source": source, "entity": entities}
+    if description:
+        event["outcomeDesc"] = description[:1000]
+    if period_start:
+        event["period"] = {"start": period_start}
+    if request_id:  # the X-Request-ID of the request, to find its log lines
+        event["entity"] = [*entities, {
+            "what": {"identifier": {"system": REQUEST_SYSTEM, "value": request_id}},
+            "type": coding(ENTITY_TYPE, "2", "System Object"), "description": "request"}]
+    return event
+
+
+# --- the /api side ---------------------------------------------------------------------------
+
+
+class AuditCreate(BaseModel):
+    action: Literal["C", "R", "U", "D", "E"] = Field(description="C create, R read, U "
+                                                     "update, D delete, E execute")
+    resource_type: str = Field(min_length=1, max_length=64, examples=["Composition"])
+    resource_id: str = Field(min_length=1, max_length=64)
+    subtype: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,63}$",
+                                examples=["print", "export", "break-glass"])
+    outcome: Literal["success", "minor_failure", "serious_failure", "major_failure"] = \
+        "success"
+    description: str | None = Field(default=None, max_length=1000)
+    purpose_of_use: str | None = Field(default=None, pattern=r"^[A-Z]{2,12}$",
+                                       examples=["TREAT", "ETREAT"],
+                                       description="v3 PurposeOfUse code")
+    occurred_at: datetime | None = None
+
+
+class EntityView(BaseModel):
+    reference: str | None = None
+    role: str | None = None
+    version: str | None = None
+    description: str | None = None
+
+
+class AuditView(BaseModel):
+    id: str
+    recorded: str | None = None
+    action: str | None = None
+    action_name: str | None = None
+    type: str | None = None
+    subtype: str | None = None
+    outcome: str | None = None
+    outcome_code: str | None = None
+    description: str | None = None
+    user_id: str | None = None
+    user_email: str | None = None
+    agent_kind: str | None = Field(None, description="user | api_key | smart")
+    client_id: str | None = None
+    network_address: str | None = None
+    purpose_of_use: str | None = None
+    resource: str | None = None
+    patient_ids: list[str] = []
+    entities: list[EntityView] = []
+    organization_ids: list[str] = []
+
+
+def _agent_kind(application_system: str, has_person: bool) -> str | None:
+    kinds = {API_KEY_SYSTEM: "api_key", SMART_CLIENT: "smart"}
+    return kinds.get(application_system, "user" if has_person else None)
+
+
+def audit_view(event: JSON) -> JSON:
+    agents = event.get("agent") or []
+    person: JSON = next((a for a in agents if ((a.get("who") or {}).get("identifier") or {})
+                   .get("system") == USER_SYSTEM), {})
+    application = next((a for a in agents if a is not person), None)
+    app_id = ((application or {}).get("who") or {}).get("identifier") or {}
+    network = next(((a.get("network") or {}).get("address") for a in agents
+                    if a.get("network")), None)
+    entities = []
+    for entity in event.get("entity") or []:
+        detail = {d.get("type"): d.get("valueString") for d in entity.get("detail") or []}
+        entities.append(EntityView(
+            reference=(entity.get("what") or {}).get("reference"),
+            role=(entity.get("role") or {}).get("display"), version=detail.get("versionId"),
+            description=entity.get("description")))
+    patients = [e.reference.split("/", 1)[1] for e in entities
+                if e.role == "Patient" and e.reference]
+    resource = next((e.reference for e in entities if e.role != "Patient" and e.reference),
+                    None)
+    subtype = (event.get("subtype") or [{}])[0]
+    purpose = ((agents[0] if agents else {}).get("purposeOfUse") or [{}])[0]
+    return AuditView(
+        id=event["id"], recorded=event.get("recorded"), action=event.get("action"),
+        action_name=ACTION_NAMES.get(event.get("action", "")),
+        type=(event.get("type") or {}).get("code"), subtype=subtype.get("code"),
+        outcome=OUTCOME_NAMES.get(event.get("outcome", "")), outcome_code=event.get("outcome"),
+        description=event.get("outcomeDesc"),
+        user_id=((person.get("who") or {}).get("identifier") or {}).get("value"),
+        user_email=(person.get("who") or {}).get("display"),
+        agent_kind=_agent_kind(str(app_id.get("system")), bool(person)),
+        client_id=app_id.get("value") if app_id.get("system") == SMART_CLIENT else None,
+        network_address=network,
+        purpose_of_use=((purpose.get("coding") or [{}])[0]).get("code"),
+        resource=resource or (entities[0].reference if entities else None),
+        patient_ids=patients, entities=entities,
+        organization_ids=sorted(owner_labels(event)),
+    ).model_dump()
+
+
+class AuditQuery(BaseModel):
+    date_from: datetime | None = Field(None, alias="from",
+                                       description="Recorded at or after (ISO 8601)")
+    date_to: datetime | None = Field(None, alias="to",
+                                     description="Recorded at or before (ISO 8601)")
+    action: Annotated[Literal["C", "R", "U", "D", "E"] | None, SearchParam("action")] = None
+    outcome: Literal["success", "minor_failure", "serious_failure", "major_failure"] | None \
+        = None
+    user_id: Annotated[str | None, SearchParam("agent:identifier", USER_SYSTEM + "|{}")] = \
+        Field(None, max_length=64)
+    patient_id: Annotated[str | None, SearchParam("patient", "Patient/{}")] = Field(
+        None, max_length=64)
+    subtype: Annotated[str | None, SearchParam("subtype")] = Field(
+        None, max_length=64, description="read, search-type, create, update, delete, or a "
+        "reported code (print, export...)")
+
+
+def _instant(moment: datetime) -> str:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _search_criteria(ctx: ApiContext, query: AuditQuery | None) -> list[tuple[str, str]]:
+    """The criteria the query's fields cannot say by themselves: the outcome's code and
+    the date range as FHIR instants."""
+    if query is None:
+        return []
+    criteria = []
+    if query.outcome is not None:
+        criteria.append(("outcome", OUTCOMES[query.outcome]))
+    if query.date_from is not None:
+        criteria.append(("date", "ge" + _instant(query.date_from)))
+    if query.date_to is not None:
+        criteria.append(("date", "le" + _instant(query.date_to)))
+    return criteria
+
+
+def _of_resource(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
+    kind, resource_id = ctx.path["resource_type"], ctx.path["resource_id"]
+    if not is_resource_type(kind):
+        raise ApiError(422, "VALIDATION_ERROR", f"{kind!r} is not a FHIR resource type",
+                       field="resource_type")
+    return [("entity", f"{kind}/{resource_id}")]
+
+
+def _of_user(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
+    return [("agent:identifier", f"{USER_SYSTEM}|{ctx.path['user_id']}")]
+
+
+def _read_only(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
+    raise AssertionError("audit events are recorded by record_audit_event")
+
+
+def _audit_facade(**more: Any) -> Facade:
+    return Facade(resource="AuditEvent", name="Audit event", create=AuditCreate,
+                  view=AuditView, to_fhir=_read_only, from_fhir=audit_view, sort="-date",
+                  tags=["clinical audit"], **more)
+
+
+search_audit = _audit_facade(query=AuditQuery, list_criteria=_search_criteria, summaries={
+    "list": "Search the audit trail by date range, action, outcome, user, patient"})
+resource_audit = _audit_facade(list_criteria=_of_resource, summaries={
+    "list": "The audit trail of one resource"})
+user_audit = _audit_facade(list_criteria=_of_user, summaries={
+    "list": "What one user did (as far as the caller may see)"})
+audit_events = _audit_facade(summaries={"get": "One audit event"})
+
+router = APIRouter(tags=["clinical audit"])
+# /search before /{id}: the router matches in order
+search_audit.mount(router, "/api/clinical/audit/search", ops=("list",))
+resource_audit.mount(router, "/api/clinical/audit/resource/{resource_type}/{resource_id}",
+                     ops=("list",))
+user_audit.mount(router, "/api/clinical/audit/user/{user_id}", ops=("list",))
+audit_events.mount(router, "/api/clinical/audit", ops=("get",))
+
+
+@router.post("/api/clinical/audit", status_code=201, response_model=Envelope[AuditView],
+             summary="Record an audit event about a resource you may read (printing, "
+                     "export, emergency access...); you are its agent")
+async def record_audit_event(body: AuditCreate, ctx: ApiContext = Depends(api_context)
+                             ) -> Any:
+    if not is_resource_type(body.resource_type):
+        raise ApiError(422, "VALIDATION_ERROR", f"{body.resource_type!r} is not a FHIR "
+                       "resource type", field="resource_type")
+    services = ctx.services
+    try:
+        stored = await services.fhir.read(body.resource_type, body.resource_id)
+    except (ResourceNotFound, ResourceGone):
+        raise not_found(body.resource_type) from None
+    ctx.fhir.check_read(stored)  # 403 (and itself audited) when not the caller's to read
+    resource = orjson.loads(stored.body) | {"_version": stored.version}
+    address, agent = _client()
+    subtype = coding(SUBTYPES, body.subtype, body.subtype) if body.subtype else coding(
+        INTERACTION, ACTION_NAMES[body.action], ACTION_NAMES[body.action])
+    patients = sorted(services.fhir.compartments.patients_of(resource))
+    event = audit_event(
+        ctx.principal, kind=coding(DCM, "110110", "Patient Record"), subtype=subtype,
+        action=body.action, recorded=_now(), outcome=OUTCOMES[body.outcome],
+        description=body.description, address=address, user_agent=agent,
+        request_id=request_id_var.get(),
+        entities=[_resource_entity(resource), *(_patient_entity(p) for p in patients)],
+        service=services.settings.service_name, purpose=body.purpose_of_use,
+        period_start=body.occurred_at.isoformat() if body.occurred_at else None)
+    owners = owner_labels(resource) or (
+        {resource["id"]} if resource.get("resourceType") == "Organization" else set())
+    if owners:
+        event = with_owners(event, owners)
+    async with services.store.unit_of_work() as uow:
+        staged = services.fhir.stage_create(uow, event)
+        uow.emit(RECORDED, {"audit_event_id": staged.id, "action": body.action,
+                            "resource": f"{body.resource_type}/{body.resource_id}",
+                            "user_id": ctx.principal.user_id, "outcome": body.outcome},
+                 source_service="clinical audit")
+        await uow.commit()
+    assert staged.result is not None
+    return created(audit_view(orjson.loads(staged.result.body)))
+
+
+def start_audit(services: Services) -> ClinicalAudit | None:
+    if not services.settings.clinical_audit:
+        return None
+    recorder = ClinicalAudit(services)
+    recorder.start()
+    services.extras[AUDIT] = recorder
+    return recorder
+
+
+__all__ = ["OWNER_SYSTEM", "ClinicalAudit", "audit_event", "audit_view", "router",
+           "start_audit"]
