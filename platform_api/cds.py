@@ -264,12 +264,17 @@ _HOOK_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": HookRequest.model_json_schema()}}}}
 _FEEDBACK_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": FeedbackRequest.model_json_schema()}}}}
+_OUTCOME = {"application/json": {"schema": {
+    "type": "object", "description": "A FHIR OperationOutcome",
+    "properties": {"resourceType": {"const": "OperationOutcome"},
+                   "issue": {"type": "array", "items": {"type": "object"}}},
+    "required": ["resourceType", "issue"]}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "Invalid request (an OperationOutcome naming the field)"},
-    401: {"description": "No trusted CDS client JWT"},
-    404: {"description": "No such service"},
-    412: {"description": "Prefetch data missing and not obtainable"},
-}
+    status: {"description": description, "content": _OUTCOME} for status, description in (
+        (400, "Invalid request (an OperationOutcome naming the field)"),
+        (401, "No trusted CDS client JWT"),
+        (404, "No such service"),
+        (412, "Prefetch data missing and not obtainable"))}
 
 
 async def _json_body(request: Request) -> Any:

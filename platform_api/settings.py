@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -203,10 +203,15 @@ class Settings(BaseSettings):
     @field_validator("trusted_proxies", "mobile_money_a_callback_ips",
                      "mobile_money_b_callback_ips")
     @classmethod
-    def _networks(cls, entries: list[str]) -> list[str]:
+    def _networks(cls, entries: list[str], info: ValidationInfo) -> list[str]:
         """Addresses or networks, checked at start rather than at the first request."""
         for entry in entries:
-            ipaddress.ip_network(entry.strip(), strict=False)  # ValueError names it
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"HEALTHPLATFORM_{str(info.field_name).upper()}: {entry!r} "
+                                 "is not an IP address or network (e.g. 10.0.0.5, "
+                                 "10.0.0.0/24)") from None
         return entries
 
     # Sessions and clinical notes (platform_api/sessions): the blob store of recordings,

@@ -157,6 +157,14 @@ class _Writes:
         await self._remember(collection, key)
         await self.db[collection].delete_one({"_id": key}, session=self.session)
 
+    async def delete_many(self, collection: str, found: dict[str, Any]) -> int:
+        """Delete what ``found`` selects; how many went."""
+        if self.standalone:
+            async for doc in self.db[collection].find(found):
+                await self._remember(collection, doc["_id"], doc)
+        result = await self.db[collection].delete_many(found, session=self.session)
+        return int(result.deleted_count)
+
     async def undo(self) -> None:
         """Put back what this unit wrote (standalone), newest first; best effort."""
         for (collection, key), before in reversed(list(self._before.items())):
@@ -308,6 +316,13 @@ class MongoStore:
             raise ResourceGone(resource_type, id, doc["version"])
         return _version(doc)
 
+    async def created_instants(self, resource_type: str, ids: Sequence[str]
+                               ) -> dict[str, str]:
+        found = self.db[HISTORY].find(
+            {"type": resource_type, "version": 1, "id": {"$in": list(dict.fromkeys(ids))}},
+            {"id": 1, "lastUpdated": 1})
+        return {doc["id"]: doc["lastUpdated"] async for doc in found}
+
     async def read_current(self, resource_type: str, id: str) -> StoredResource | None:
         doc = await self.db[RESOURCES].find_one(
             {"_id": resource_key(resource_type, id), "type": resource_type, "id": id},
@@ -449,6 +464,8 @@ class MongoStore:
         doc = await self.db[RESOURCES].find_one({"_id": key, "type": w.resource_type,
                                                  "id": w.id}, projection,
                                                 session=writes.session)
+        if w.op.startswith("expunge"):
+            return await self._expunge(w, key, doc, writes)
         current = CurrentState(doc["version"], bool(doc["deleted"]), doc.get("digest")) \
             if doc else NEVER_WRITTEN
         new = decide(w, current, instant)
@@ -484,6 +501,24 @@ class MongoStore:
             "body": body, "seq": ObjectId()})
         return StoredResource(w.resource_type, w.id, new.version, instant, new.deleted,
                               new.body, w.method)
+
+    async def _expunge(self, w: StagedWrite, key: str, doc: dict[str, Any] | None,
+                       writes: _Writes) -> StoredResource:
+        """``UnitOfWork.expunge``: the versions go from the history; erasing the current
+        one too removes the resource document (with its index values)."""
+        if doc is None:
+            w.unchanged = True
+            return StoredResource(w.resource_type, w.id, 0, now_instant(), True, b"", "DELETE")
+        versions = {"type": w.resource_type, "id": w.id}
+        if w.op == "expunge-history":
+            erased = await writes.delete_many(HISTORY, {**versions,
+                                                        "version": {"$lt": doc["version"]}})
+            w.unchanged = erased == 0
+            return stored(doc)
+        await writes.delete(RESOURCES, key)
+        await writes.delete_many(HISTORY, versions)
+        return StoredResource(w.resource_type, w.id, doc["version"], now_instant(), True, b"",
+                              "DELETE")
 
     # -- documents -----------------------------------------------------------------------
     async def _check_documents(self, documents: Sequence[StagedDocument]) -> None:

@@ -63,6 +63,7 @@ from platform_api.doctors.records import (
 from platform_api.envelope import (
     ApiError,
     Envelope,
+    ErrorEnvelope,
     PageEnvelope,
     Pagination,
     conflict,
@@ -228,7 +229,9 @@ async def create_doctor(body: DoctorCreate, ctx: ApiContext = Depends(api_contex
 
 
 @router.get("/api/doctors/me", response_model=Envelope[DoctorView],
-            summary="The caller's doctor profile")
+            summary="The caller's doctor profile",
+            responses={404: {"model": ErrorEnvelope,
+                             "description": "The caller has no doctor profile (yet)"}})
 async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
     found = await practitioner_of_user(ctx.services, ctx.principal.user_id)
     if found is None:

@@ -199,11 +199,15 @@ class ClinicalAudit:
             return 0
         events = self.events_of(notes)
         fhir = self.services.fhir
+        # One unit for the lot; one each on a store without multi-document transactions
+        # (a standalone MongoDB server).
+        together = getattr(fhir.store, "transactions", True) is not False
         try:
-            async with fhir.store.unit_of_work() as uow:
-                for event in events:
-                    fhir.stage_create(uow, event, validated=True)
-                await uow.commit()
+            for batch in [events] if together else [[event] for event in events]:
+                async with fhir.store.unit_of_work() as uow:
+                    for event in batch:
+                        fhir.stage_create(uow, event, validated=True)
+                    await uow.commit()
         except Exception:
             self._notes[:0] = notes  # kept for the next pass: an audit record is not dropped
             raise

@@ -67,6 +67,13 @@ from platform_api.smart.server import SmartServer, as_app_of, smart_server
 from platform_api.smart.token import code_hash
 
 router = APIRouter(tags=["SMART authorization server"])
+# The pages answer HTML (200, or an error page when the request cannot go back to the
+# app) or send the browser on (303: the next page, or the app's redirect_uri).
+PAGE_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"description": "An HTML page", "content": {"text/html": {}}},
+    303: {"description": "On to the next page, or back to the app with a code or an error"},
+    400: {"description": "An HTML error page", "content": {"text/html": {}}},
+}
 JSON = dict[str, Any]
 COOKIE = "hp_smart_browser"
 SIGN_IN, MFA, PATIENT_STEP, CONSENT = (f"{AUTHORIZE_PATH}/sign-in", f"{AUTHORIZE_PATH}/mfa",
@@ -118,13 +125,13 @@ def back_to_app(redirect_uri: str, params: dict[str, str]) -> Response:
 
 # -- 1. the authorization request ----------------------------------------------------------
 @router.get(AUTHORIZE_PATH, summary="Authorization endpoint (GET): starts the sign-in pages",
-            response_class=Response)
+            response_class=Response, responses=PAGE_ANSWERS)
 async def authorize_get(request: Request) -> Response:
     return await _authorize(request, dict(request.query_params))
 
 
 @router.post(AUTHORIZE_PATH, summary="Authorization endpoint (form POST, authorize-post)",
-             response_class=Response)
+             response_class=Response, responses=PAGE_ANSWERS)
 async def authorize_post(request: Request) -> Response:
     form = await request.form()
     return await _authorize(request, {k: v for k, v in form.items() if isinstance(v, str)})
@@ -270,7 +277,8 @@ def _principal(user: JSON) -> Principal:
 
 
 # -- 2. sign-in ------------------------------------------------------------------------------
-@router.post(SIGN_IN, summary="Sign-in page of the authorization", response_class=Response)
+@router.post(SIGN_IN, summary="Sign-in page of the authorization",
+             response_class=Response, responses=PAGE_ANSWERS)
 async def sign_in(request: Request) -> Response:
     try:
         server, pending, form, client = await _pending(request)
@@ -298,7 +306,8 @@ async def sign_in(request: Request) -> Response:
     return await _next_page(server, pending, form, client)
 
 
-@router.post(MFA, summary="Second factor of the sign-in", response_class=Response)
+@router.post(MFA, summary="Second factor of the sign-in",
+             response_class=Response, responses=PAGE_ANSWERS)
 async def second_factor(request: Request) -> Response:
     try:
         server, pending, form, client = await _pending(request)
@@ -362,7 +371,8 @@ async def _picker(server: SmartServer, pending: JSON, form: dict[str, str], clie
                               error)
 
 
-@router.post(PATIENT_SEARCH, summary="Patient picker: search by name", response_class=Response)
+@router.post(PATIENT_SEARCH, summary="Patient picker: search by name",
+             response_class=Response, responses=PAGE_ANSWERS)
 async def patient_search(request: Request) -> Response:
     try:
         server, pending, form, client = await _pending(request)
@@ -374,7 +384,8 @@ async def patient_search(request: Request) -> Response:
     return await _picker(server, pending, form, client, user, form.get("name", ""))
 
 
-@router.post(PATIENT_STEP, summary="Patient picker: the chosen patient", response_class=Response)
+@router.post(PATIENT_STEP, summary="Patient picker: the chosen patient",
+             response_class=Response, responses=PAGE_ANSWERS)
 async def choose_patient(request: Request) -> Response:
     try:
         server, pending, form, client = await _pending(request)
@@ -420,7 +431,8 @@ def _consent(server: SmartServer, pending: JSON, form: dict[str, str], client: J
                               patient, user["email"])
 
 
-@router.post(CONSENT, summary="Consent: allow or deny the app", response_class=Response)
+@router.post(CONSENT, summary="Consent: allow or deny the app",
+             response_class=Response, responses=PAGE_ANSWERS)
 async def consent(request: Request) -> Response:
     try:
         server, pending, _form, _client = await _pending(request)

@@ -36,6 +36,7 @@ from platform_api.smart.oauth import (
     OAuthError,
     Urls,
     no_store_json,
+    oauth_refusals,
     urls,
 )
 from platform_api.smart.server import SmartServer, smart_server
@@ -46,7 +47,8 @@ JSON = dict[str, Any]
 INACTIVE: JSON = {"active": False}
 
 
-@router.post(INTROSPECT_PATH, summary="Token introspection (RFC 7662)")
+@router.post(INTROSPECT_PATH, summary="Token introspection (RFC 7662)",
+             responses=oauth_refusals(400, 401))
 async def introspect(request: Request) -> Response:
     server = smart_server(request)
     try:
@@ -122,7 +124,8 @@ def _context(patient: str | None, encounter: str | None, fhir_user: str | None, 
     return context
 
 
-@router.post(REVOKE_PATH, summary="Token revocation (RFC 7009)")
+@router.post(REVOKE_PATH, summary="Token revocation (RFC 7009)",
+             responses=oauth_refusals(400, 401))
 async def revoke(request: Request) -> Response:
     server = smart_server(request)
     try:

@@ -23,7 +23,7 @@ from platform_api.auth.refresh import FAMILIES
 from platform_api.auth.tokens import parse_rfc3339, rfc3339
 from platform_api.envelope import ApiError
 from platform_api.smart import pages
-from platform_api.smart.authorize import COOKIE, request_hash
+from platform_api.smart.authorize import COOKIE, PAGE_ANSWERS, request_hash
 from platform_api.smart.oauth import MANAGE_PATH, MANAGE_SESSIONS, SMART_FAMILY
 from platform_api.smart.server import SmartServer, smart_server
 
@@ -35,7 +35,7 @@ APPS_PATH = f"{MANAGE_PATH}/apps"
 
 
 @router.get(MANAGE_PATH, summary="Apps with access to your records: sign in",
-            response_class=Response)
+            response_class=Response, responses=PAGE_ANSWERS)
 async def manage(request: Request) -> Response:
     response = pages.sign_in_page(MANAGE_PATH, "", {})
     if COOKIE not in request.cookies:
@@ -45,7 +45,7 @@ async def manage(request: Request) -> Response:
 
 
 @router.post(MANAGE_PATH, summary="Apps with access to your records: signed in",
-             response_class=Response)
+             response_class=Response, responses=PAGE_ANSWERS)
 async def manage_sign_in(request: Request) -> Response:
     server = smart_server(request)
     form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
@@ -74,7 +74,7 @@ async def manage_sign_in(request: Request) -> Response:
 
 
 @router.post(MFA_PATH, summary="Apps with access to your records: second factor",
-             response_class=Response)
+             response_class=Response, responses=PAGE_ANSWERS)
 async def manage_mfa(request: Request) -> Response:
     server = smart_server(request)
     form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
@@ -93,7 +93,7 @@ async def manage_mfa(request: Request) -> Response:
 
 
 @router.post(APPS_PATH, summary="Apps with access to your records: revoke one",
-             response_class=Response)
+             response_class=Response, responses=PAGE_ANSWERS)
 async def revoke_app(request: Request) -> Response:
     server = smart_server(request)
     form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -43,6 +44,21 @@ REGISTER_PATH = "/oauth2/register"
 JWKS_PATH = "/oauth2/jwks"
 MANAGE_PATH = "/oauth2/manage"
 STYLE_PATH = "/oauth2/smart-style.json"
+
+
+class OAuthErrorBody(BaseModel):
+    """What an OAuth 2.0 endpoint answers when it refuses (RFC 6749 5.2, RFC 7591 3.2.2)."""
+
+    error: str = Field(examples=["invalid_redirect_uri"])
+    error_description: str | None = None
+
+
+def oauth_refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of an OAuth endpoint's refusals."""
+    said = {400: "invalid_request, invalid_grant, unsupported_grant_type, invalid_scope",
+            401: "invalid_client (client authentication failed)"}
+    return {status: {"model": OAuthErrorBody, "description": said.get(status, "Refused")}
+            for status in statuses}
 
 
 class OAuthError(Exception):

@@ -51,7 +51,7 @@ from platform_api.smart.clients import (
     metadata_error,
     public_metadata,
 )
-from platform_api.smart.oauth import NO_STORE, REGISTER_PATH, OAuthError
+from platform_api.smart.oauth import NO_STORE, REGISTER_PATH, OAuthError, OAuthErrorBody
 from platform_api.smart.server import SmartServer, smart_server
 
 router = APIRouter(tags=["SMART"])
@@ -144,6 +144,11 @@ async def _check_registrant(server: SmartServer, principal: Principal, metadata:
 
 
 @router.post(REGISTER_PATH, status_code=201, response_model=RegisteredClient,
+             responses={400: {"description": "Invalid client metadata (RFC 7591 3.2.2), "
+                              "or a body that is not JSON (the /api envelope)",
+                              "content": {"application/json": {"schema": {"anyOf": [
+                                  OAuthErrorBody.model_json_schema(),
+                                  {"$ref": "#/components/schemas/ErrorEnvelope"}]}}}}},
              summary="Register a SMART client (RFC 7591 dynamic client registration)")
 async def register(body: ClientMetadata, request: Request,
                    principal: Principal = Depends(current_principal)) -> Response:

@@ -50,6 +50,7 @@ from platform_api.smart.oauth import (
     TOKEN_PATH,
     OAuthError,
     no_store_json,
+    oauth_refusals,
     urls,
 )
 from platform_api.smart.server import SmartServer, smart_server
@@ -88,7 +89,8 @@ async def form_of(request: Request) -> dict[str, str]:
 
 
 @router.post(TOKEN_PATH, summary="OAuth 2.0 token endpoint (SMART App Launch, Backend "
-             "Services)", response_description="A token response (RFC 6749 5.1)")
+             "Services)", response_description="A token response (RFC 6749 5.1)",
+             responses=oauth_refusals(400, 401))
 async def token(request: Request) -> Response:
     server = smart_server(request)
     try:

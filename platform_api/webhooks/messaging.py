@@ -83,7 +83,9 @@ router = APIRouter(tags=["webhooks"])
 @router.get("/webhook", response_class=PlainTextResponse,
             summary="Messaging platform verification handshake",
             responses={200: {"content": {"text/plain": {}}, "description": "hub.challenge"},
-                       403: REFUSALS[403], 503: REFUSALS[503]})
+                       **{status: {**REFUSALS[status], "content": {"application/json": {
+                           "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}}
+                          for status in (403, 503)}})
 async def messaging_handshake(
     request: Request,
     mode: str = Query("", alias="hub.mode"),

@@ -26,6 +26,9 @@ class EncountersOnly:
     def describe(self) -> str:
         return "a ward clerk"
 
+    def explain(self, action: str, resource_type: str) -> str:
+        return ""
+
 
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[FhirService]:

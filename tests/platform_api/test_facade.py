@@ -193,11 +193,11 @@ def ward_to_fhir(payload: dict, ctx: ApiContext, existing: dict | None) -> dict:
 
 
 # A facade narrowed by a token search parameter of its type (``type``): a get checks it too.
-wards = Facade(resource="Location", name="Ward", create=RoomCreate, view=AssetView,
-               to_fhir=ward_to_fhir, from_fhir=lambda r: {"id": r["id"], "name": r["name"],
-                                                          "kind": "room"},
-               scope=OrganizationScope(), fixed=[("type", WARD)])
-wards.mount(router, "/api/test-orgs/{org_id}/wards", ops=("create", "get"))
+hospital_units = Facade(
+    resource="Location", name="Hospital unit", create=RoomCreate, view=AssetView,
+    to_fhir=ward_to_fhir, from_fhir=lambda r: {"id": r["id"], "name": r["name"], "kind": "room"},
+    scope=OrganizationScope(), fixed=[("type", WARD)])
+hospital_units.mount(router, "/api/test-orgs/{org_id}/hospital-units", ops=("create", "get"))
 
 
 @pytest.fixture
@@ -416,6 +416,8 @@ async def test_a_fault_of_the_view_itself_is_not_hidden():
     sound_but_unnamed = {"resourceType": "Location", "id": "l1", "status": "active"}
     with pytest.raises(KeyError):  # room_from_fhir needs a name the resource may lack
         await rooms.render(None, [sound_but_unnamed])  # type: ignore[arg-type]
+
+
 async def test_alongside_stages_companions_with_every_write(kit):
     app, client = kit
     changes.clear()
@@ -548,7 +550,7 @@ async def test_create_unique_fails_the_whole_unit_when_a_match_exists(kit):
 async def test_a_get_checks_fixed_token_criteria_of_the_type(kit):
     _app, client = kit
     admin = await make_clinic_admin(client)
-    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/wards"
+    h, base = admin["headers"], f"/api/test-orgs/{admin['org_id']}/hospital-units"
     ward = (await client.post(base, json={"name": "Maternity"}, headers=h)).json()["data"]
     assert (await client.get(f"{base}/{ward['id']}", headers=h)).status_code == 200
     other = (await client.post("/fhir/Location", headers=h, json={

@@ -177,7 +177,7 @@ async def test_the_answers_of_valid_requests_are_documented(app, client):
                "first_name": "Wanjiru", "last_name": "Kamau", "registration_role": "DOCTOR"}
     await send("POST", "/api/auth/register", json=account)
     again = await send("POST", "/api/auth/register", json=account)
-    assert again.status_code == 409
+    assert again.status_code == 201  # the same answer: no telling which addresses exist
     login = await send("POST", "/api/auth/login", json={"email": account["email"],
                                                        "password": account["password"]})
     h = {"Authorization": f"Bearer {login.json()['data']['token']}"}
@@ -269,7 +269,10 @@ async def test_the_api_document_describes_fhir_once_for_every_type(client):
     assert {"_id", "_lastUpdated", "_count", "_include"} <= refs
     create = spec["paths"]["/fhir/{resource_type}"]["post"]["responses"]
     assert {"200", "201", "401", "403", "429"} <= set(create)
-    assert len(json.dumps(spec)) < 400_000
+    # FHIR takes a few paths whatever the number of types (the /api operations grow the
+    # rest of the document, one path each).
+    fhir_paths = {path: item for path, item in spec["paths"].items() if path.startswith("/fhir")}
+    assert len(fhir_paths) < 30 and len(json.dumps(fhir_paths)) < 60_000
 
 
 async def test_the_fhir_document_has_its_docs_page(client):
