@@ -165,7 +165,8 @@ def own_claim(claim: JSON, coverage: JSON) -> JSON:
         "lines": [{"line": item["sequence"],
                    "code": coding(item.get("productOrService")).get("code"),
                    "description": (item.get("productOrService") or {}).get("text"),
-                   "quantity": str((item.get("quantity") or {}).get("value", 1)),
+                   "quantity": str(Decimal(str((item.get("quantity") or {}).get(
+                       "value", 1))).normalize()),
                    "unit_price": amount_text(decimal_of((item.get("unitPrice") or {}).get(
                        "value"))),
                    "amount": amount_text(decimal_of((item.get("net") or {}).get("value")))}
