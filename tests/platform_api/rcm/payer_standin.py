@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +32,7 @@ class PayerStandIn:
     api_key: str
     decision: str = "approve"
     delay: float = 3.0
+    pay_after_days: int = 0  # the payment's date: today + this
     received: list[tuple[str, JSON]] = field(default_factory=list)
 
     def app(self) -> web.Application:
@@ -51,6 +53,9 @@ class PayerStandIn:
         if self.decision == "timeout":
             await asyncio.sleep(self.delay)
         return body  # type: ignore[no-any-return]
+
+    def paid_on(self) -> str:
+        return (date.today() + timedelta(days=self.pay_after_days)).isoformat()
 
     def _failure(self) -> web.Response | None:
         if self.decision == "fail":
@@ -89,7 +94,7 @@ class PayerStandIn:
             response["preAuthRef"] = "NHIF-PA-7781"
         elif benefit > 0 and self.decision != "queue":
             response["payment"] = {"type": {"coding": [{"code": "complete"}]},
-                                   "date": "2026-11-24",
+                                   "date": self.paid_on(),
                                    "amount": {"value": float(benefit), "currency": currency}}
         return web.json_response(response)
 
@@ -127,7 +132,7 @@ class PayerStandIn:
             "decision": {"approve": "approved", "partial": "partial"}.get(self.decision,
                                                                           "rejected"),
             "lines": lines, "paid": str(paid) if "preauth" not in request.path else "0",
-            "paid_on": "2026-11-25",
+            "paid_on": self.paid_on(),
             **({"reason": "Pre-existing condition excluded"} if self.decision == "reject"
                else {})})
 
