@@ -264,7 +264,12 @@ def check_eligibility(plan: JSON, patient: JSON, start: date, option: str | None
                           "patient_id")
     countries = {c.upper() for c in rules["countries"]}
     if countries:
-        lives = {(a.get("country") or "").upper() for a in patient.get("address", [])}
+        lives = {a["country"].upper() for a in patient.get("address", [])
+                 if isinstance(a, dict) and a.get("country")}
+        if not lives:
+            raise _refuse("country", "the patient's address country is needed (the plan "
+                          f"covers residents of {', '.join(sorted(countries))})",
+                          "patient_id")
         if lives.isdisjoint(countries):
             raise _refuse("country", f"the plan covers residents of {', '.join(sorted(countries))}",
                           "patient_id")
