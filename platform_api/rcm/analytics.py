@@ -99,7 +99,7 @@ async def analytics(ctx: ApiContext, when: Period, by: str) -> JSON:
         key = (claim.get("insurer") or {}).get("display") if by == "insurer" else \
             local_id(claim.get("provider"), "Organization")
         groups[(key, record.currency)].append(record)
-    names: dict[str, str] = {}
+    names: dict[str, str | None] = {}
     if by == "provider":
         ids = sorted({k for k, _c in groups if k})
         if ids:
@@ -108,9 +108,9 @@ async def analytics(ctx: ApiContext, when: Period, by: str) -> JSON:
     stats = [group_stats(key, names.get(key or "") if by == "provider" else key, currency,
                          found) for (key, currency), found in groups.items()]
     stats.sort(key=lambda s: (-s["claims"], s["key"] or "", s["currency"]))
-    return ClaimAnalytics(by=by, start=when.start.isoformat() if when.start else None,
-                          end=when.end.isoformat() if when.end else None,
-                          groups=stats).model_dump()
+    return ClaimAnalytics.model_validate({
+        "by": by, "start": when.start.isoformat() if when.start else None,
+        "end": when.end.isoformat() if when.end else None, "groups": stats}).model_dump()
 
 
 @router.get(PREFIX + "/analytics/by-insurer", response_model=Envelope[ClaimAnalytics],
@@ -192,15 +192,15 @@ def claim_reconciliation(record: ClaimRecord) -> JSON:
     claim, response = record.claim, record.response
     decided = response is not None and decision_of(response) != "pending"
     expected = total_of(response, "benefit") if decided and response else record.billed
-    return ClaimReconciliation(
-        claim_id=record.id, number=(claim.get("identifier") or [{}])[0].get("value"),
-        patient_id=local_id(claim.get("patient"), "Patient"),
-        insurer=(claim.get("insurer") or {}).get("display"), status=record.stage,
-        currency=record.currency, billed=amount_text(record.billed),
-        expected=amount_text(expected), paid=amount_text(record.paid),
-        difference=amount_text(expected - record.paid),
-        result=result_of(expected, record.paid),
-        payments=[_line(p) for p in record.payments]).model_dump()
+    return ClaimReconciliation.model_validate({
+        "claim_id": record.id, "number": (claim.get("identifier") or [{}])[0].get("value"),
+        "patient_id": local_id(claim.get("patient"), "Patient"),
+        "insurer": (claim.get("insurer") or {}).get("display"), "status": record.stage,
+        "currency": record.currency, "billed": amount_text(record.billed),
+        "expected": amount_text(expected), "paid": amount_text(record.paid),
+        "difference": amount_text(expected - record.paid),
+        "result": result_of(expected, record.paid),
+        "payments": [_line(p) for p in record.payments]}).model_dump()
 
 
 async def invoice_reconciliations(ctx: ApiContext, when: Period,
@@ -237,9 +237,9 @@ async def reconciliation(when: Period = Depends(period),
     known = {f"Claim/{r.id}" for r in records} | invoice_refs
     unmatched = [_line(p) for p in payments if p.target not in known]
     everything = [*claims, *invoices]
-    return ok(Reconciliation(
-        start=when.start.isoformat() if when.start else None,
-        end=when.end.isoformat() if when.end else None, claims=claims, invoices=invoices,
-        unmatched_payments=unmatched,
-        short_paid=sum(1 for i in everything if i["result"] == "short_paid"),
-        unpaid=sum(1 for i in everything if i["result"] == "unpaid")).model_dump())
+    return ok(Reconciliation.model_validate({
+        "start": when.start.isoformat() if when.start else None,
+        "end": when.end.isoformat() if when.end else None, "claims": claims,
+        "invoices": invoices, "unmatched_payments": unmatched,
+        "short_paid": sum(1 for i in everything if i["result"] == "short_paid"),
+        "unpaid": sum(1 for i in everything if i["result"] == "unpaid")}).model_dump())

@@ -343,7 +343,7 @@ async def update_claim(ctx: ItemContext[RcmClaimUpdate]) -> JSON:
     if "insurer" in changes or "policy_number" in changes or coverage_id is None:
         coverage_id = await _coverage(ctx, body, body.organization_id)
     rebuilt = rcm_claim_to_fhir(body, coverage_id)
-    kept = {k: claim[k] for k in ("id", "meta", "identifier", "created") if k in claim}
+    kept: JSON = {k: claim[k] for k in ("id", "meta", "identifier", "created") if k in claim}
     return await ctx.save({**rebuilt, **kept})
 
 
@@ -382,15 +382,19 @@ def _for_payer(claim: JSON) -> JSON:
     return {k: v for k, v in claim.items() if k != "meta"}
 
 
+# What a payer's answer holds that only means something on its own server (its ids, and
+# references to its own resources); the references that matter are set to ours.
+PAYER_LOCAL = ("id", "meta", "text", "contained", "insurance", "communicationRequest",
+               "requestor", "insurer", "request", "patient")
+
+
 def _response_for(answer: JSON, claim: JSON) -> JSON:
     """The payer's ClaimResponse as we keep it: about our claim, owned as the claim is."""
-    response = {k: v for k, v in answer.items() if k not in ("id", "meta", "text",
-                                                             "contained")}
+    response = {k: v for k, v in answer.items() if k not in PAYER_LOCAL}
     response.update(request={"reference": f"Claim/{claim['id']}"}, patient=claim["patient"],
+                    insurer=claim["insurer"], requestor=claim.get("provider"),
                     meta={"security": [{"system": OWNER_SYSTEM, "code": o}
                                        for o in sorted(owner_labels(claim))]})
-    response.setdefault("insurer", claim["insurer"])
-    response.setdefault("requestor", claim.get("provider"))
     return response
 
 
@@ -510,13 +514,13 @@ def eligibility_view(response: JSON, request_id: str, claim_id: str) -> JSON:
                       "description": (item.get("productOrService") or {}).get("text"),
                       "allowed": amount_text(decimal_of(allowed["value"])) if allowed
                       else None})
-    return EligibilityView(
-        id=response["id"], request_id=request_id, claim_id=claim_id,
-        coverage_id=local_id(insurance.get("coverage"), "Coverage"),
-        insurer=(response.get("insurer") or {}).get("display"),
-        eligible=bool(insurance.get("inforce")) and response.get("outcome") != "error",
-        disposition=response.get("disposition"), items=items,
-        checked_at=response.get("created")).model_dump()
+    return EligibilityView.model_validate({
+        "id": response["id"], "request_id": request_id, "claim_id": claim_id,
+        "coverage_id": local_id(insurance.get("coverage"), "Coverage"),
+        "insurer": (response.get("insurer") or {}).get("display"),
+        "eligible": bool(insurance.get("inforce")) and response.get("outcome") != "error",
+        "disposition": response.get("disposition"), "items": items,
+        "checked_at": response.get("created")}).model_dump()
 
 
 @router.post(PREFIX + "/{claim_id}/eligibility", status_code=201,
@@ -538,10 +542,13 @@ async def check_eligibility(claim_id: str, ctx: ApiContext = Depends(api_context
         staged_request = await unit.create({**request, "id": request_id},
                                            resource_id=request_id,
                                            expected_type="CoverageEligibilityRequest")
-        response = {k: v for k, v in answer.items() if k not in ("id", "meta", "text")}
+        response = {k: v for k, v in answer.items() if k not in PAYER_LOCAL}
         response.update(request={"reference": f"CoverageEligibilityRequest/{request_id}"},
-                        patient=claim["patient"], meta=request["meta"])
-        response.setdefault("insurer", claim["insurer"])
+                        patient=claim["patient"], insurer=claim["insurer"],
+                        meta=request["meta"], insurance=[
+                            {**{k: v for k, v in i.items() if k != "coverage"},
+                             "coverage": {"reference": f"Coverage/{coverage['id']}"}}
+                            for i in answer.get("insurance") or []])
         staged = await unit.create(response, expected_type="CoverageEligibilityResponse")
         view = eligibility_view({**response, "id": staged.id}, staged_request.id, claim_id)
         unit.emit(TOPIC + "eligibility_checked", {**view, "organization_id": local_id(

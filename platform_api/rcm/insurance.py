@@ -201,7 +201,7 @@ class PolicyQuery(BaseModel):
 
 
 def policy_view(coverage: JSON) -> JSON:
-    plan_class = next((c for c in coverage.get("class", [])
+    plan_class: JSON = next((c for c in coverage.get("class", [])
                        if coding(c.get("type")).get("code") == "plan"), {})
     cost = next((c.get("valueMoney") for c in coverage.get("costToBeneficiary", [])
                  if (c.get("type") or {}).get("text") == "premium"), None)

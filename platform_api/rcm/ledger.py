@@ -170,8 +170,8 @@ async def claim_records(ctx: ApiContext, when: Period) -> tuple[list[ClaimRecord
             record.payments.append(paid)
     payments = await payments_of_period(ctx, when)
     for payment in payments:
-        claim_id = payment.target[len("Claim/"):] if (payment.target or "").startswith(
-            "Claim/") else None
+        target = payment.target or ""
+        claim_id = target[len("Claim/"):] if target.startswith("Claim/") else None
         if claim_id in records:
             records[claim_id].payments.append(payment)
     return list(records.values()), payments

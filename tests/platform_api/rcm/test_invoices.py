@@ -3,6 +3,8 @@ computed as decimals, the same resources the organization's billing pays and lis
 
 from __future__ import annotations
 
+import httpx
+
 from tests.platform_api.clinic import Clinic, refusal
 from tests.platform_api.rcm.conftest import data
 
@@ -12,7 +14,7 @@ LINES = [{"description": "Outpatient consultation", "code": "11429006",
           "tax_rate": "0.16"}]
 
 
-async def issue(clinic: Clinic, who: str = "billing", **extra: object) -> object:
+async def issue(clinic: Clinic, who: str = "billing", **extra: object) -> httpx.Response:
     return await clinic.post(who, "/api/rcm/invoices", {
         "organization_id": clinic.org_id, "patient_id": clinic.patient_id,
         "currency": "KES", "line_items": LINES, **extra})

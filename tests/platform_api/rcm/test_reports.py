@@ -121,7 +121,7 @@ async def test_fraud_flags_name_their_rule_and_evidence(clinic: Clinic):
         {"description": "Paracetamol 500 mg", "code": "PARA-500", "quantity": 500,
          "unit_price": "5"}]), 201)
     prices = ["1400", "1500", "1550", "1600", "1450", "9000"]
-    outlier = None
+    outlier: dict[str, Any] = {}
     for n, price in enumerate(prices):
         claim = data(await draft(clinic, service_date=f"2026-10-{n + 1:02d}", items=[
             {"description": "Ultrasound", "code": "US-ABD", "unit_price": price}]), 201)
