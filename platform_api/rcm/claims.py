@@ -69,7 +69,14 @@ from platform_api.organizations.billing import (
     coverage_for,
     insurer_key,
 )
-from platform_api.rcm.payers import PayerClient, decision_of, paid_of, payer_config, total_of
+from platform_api.rcm.payers import (
+    PayerClient,
+    checked,
+    decision_of,
+    paid_of,
+    payer_config,
+    total_of,
+)
 
 JSON = dict[str, Any]
 TOPIC = "platform.rcm."
@@ -427,8 +434,9 @@ async def submit_claim(ctx: ItemContext[Any]) -> JSON:
     CLAIM_STATUS.check(stage_of(claim), "submitted")
     _may_write(ctx, claim)
     coverage = await coverage_of(ctx, claim)
-    answer = await payer_of(ctx, claim).submit(_for_payer(claim), coverage)
-    response = _response_for(answer, claim)
+    payer = payer_of(ctx, claim)
+    answer = await payer.submit(_for_payer(claim), coverage)
+    response = checked(_response_for(answer, claim), "ClaimResponse", payer.config.name)
     submitted = move(claim, "submitted")
     final = adjudicated(submitted, response)
     unit = ctx.unit()
@@ -464,12 +472,13 @@ async def preauthorize(claim_id: str, ctx: ApiContext = Depends(api_context)) ->
                        "value": f"PA-{uuid.uuid4().hex[:10].upper()}"}],
                    related=[{"claim": {"reference": f"Claim/{claim['id']}"}}],
                    meta={"security": claim["meta"].get("security", [])})
-    answer = await payer_of(ctx, claim).submit(preauth, coverage)
+    payer = payer_of(ctx, claim)
+    answer = await payer.submit(preauth, coverage)
     unit = ctx.unit()
     async with unit:
         staged_claim = await unit.create(preauth, expected_type="Claim")
-        response = _response_for(answer, {**preauth, "id": staged_claim.id})
-        response["use"] = "preauthorization"
+        response = checked({**_response_for(answer, {**preauth, "id": staged_claim.id}),
+                            "use": "preauthorization"}, "ClaimResponse", payer.config.name)
         staged = await unit.create(response, expected_type="ClaimResponse")
         decision = decision_of(response)
         reference = response.get("preAuthRef")
@@ -535,7 +544,8 @@ async def check_eligibility(claim_id: str, ctx: ApiContext = Depends(api_context
     coverage = await coverage_of(ctx, claim)
     request = eligibility_request(claim, coverage)
     request_id = str(uuid.uuid4())
-    answer = await payer_of(ctx, claim).eligibility(
+    payer = payer_of(ctx, claim)
+    answer = await payer.eligibility(
         {**{k: v for k, v in request.items() if k != "meta"}, "id": request_id}, coverage)
     unit = ctx.unit()
     async with unit:
@@ -549,6 +559,7 @@ async def check_eligibility(claim_id: str, ctx: ApiContext = Depends(api_context
                             {**{k: v for k, v in i.items() if k != "coverage"},
                              "coverage": {"reference": f"Coverage/{coverage['id']}"}}
                             for i in answer.get("insurance") or []])
+        checked(response, "CoverageEligibilityResponse", payer.config.name)
         staged = await unit.create(response, expected_type="CoverageEligibilityResponse")
         view = eligibility_view({**response, "id": staged.id}, staged_request.id, claim_id)
         unit.emit(TOPIC + "eligibility_checked", {**view, "organization_id": local_id(

@@ -37,6 +37,7 @@ import httpx
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from fhir_server.clock import now_instant
+from fhir_server.validation import validation_issues
 from platform_api.envelope import ApiError
 from platform_api.fhir_values import amount_text, coding, decimal_of, local_id, money
 from platform_api.settings import Settings
@@ -260,6 +261,16 @@ def own_eligibility_response(answer: JSON, request: JSON, coverage: JSON) -> JSO
     if answer.get("reason"):
         response["disposition"] = str(answer["reason"])[:1000]
     return response
+
+
+def checked(resource: JSON, resource_type: str, payer: str) -> JSON:
+    """A payer's answer as we will store it, refused (502 ``PAYER_REFUSED``) when it is not
+    a valid R4 resource: the caller's request was sound, the payer's answer was not."""
+    issues = validation_issues(resource, resource_type)
+    if issues:
+        raise ApiError(502, "PAYER_REFUSED", f"{payer} answered an invalid {resource_type}: "
+                       f"{issues[0].diagnostics}"[:500])
+    return resource
 
 
 # -- reading the answers -----------------------------------------------------------------------

@@ -7,7 +7,8 @@
 
 ``decision`` says what it does with the next requests: ``approve`` (everything, paid in
 full), ``partial`` (60% of each line approved and paid), ``reject`` (nothing, with a
-reason), ``queue`` (FHIR only: outcome queued), ``timeout`` (answers after ``delay``
+reason), ``queue`` (FHIR only: outcome queued), ``malformed`` (FHIR only: a
+ClaimResponse R4 refuses), ``timeout`` (answers after ``delay``
 seconds), ``fail`` (500). It keeps what it received.
 """
 
@@ -24,7 +25,7 @@ from aiohttp import web
 JSON = dict[str, Any]
 ADJUDICATION = "http://terminology.hl7.org/CodeSystem/adjudication"
 SHARE = {"approve": Decimal(1), "partial": Decimal("0.6"), "reject": Decimal(0),
-         "queue": Decimal(0)}
+         "queue": Decimal(0), "malformed": Decimal(1)}
 
 
 @dataclass
@@ -96,6 +97,8 @@ class PayerStandIn:
             response["payment"] = {"type": {"coding": [{"code": "complete"}]},
                                    "date": self.paid_on(),
                                    "amount": {"value": float(benefit), "currency": currency}}
+        if self.decision == "malformed":  # R4 requires payment.type
+            response["payment"] = {"amount": {"value": 1, "currency": currency}}
         return web.json_response(response)
 
     async def fhir_eligibility(self, request: web.Request) -> web.Response:

@@ -131,6 +131,10 @@ async def test_a_payer_that_does_not_answer_leaves_the_claim_a_draft(clinic: Cli
         "draft"
     stand_in.decision = "fail"
     assert refusal(await clinic.post("billing", path)) == (502, "PAYER_UNAVAILABLE")
+    stand_in.decision = "malformed"
+    malformed = await clinic.post("billing", path)
+    assert refusal(malformed) == (502, "PAYER_REFUSED")
+    assert "payment" in malformed.json()["error"]["message"]
     stand_in.decision = "approve"
     assert data(await clinic.post("billing", path))["status"] == "paid"
 
