@@ -256,6 +256,13 @@ class Settings(BaseSettings):
     clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)
     clinical_audit_batch: int = Field(default=500, gt=0)
 
+    # Revenue cycle (platform_api/rcm): the payers' APIs and the fraud rules' limits
+    rcm_payers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON: {"<payer key, e.g. nhif>": {"name": ..., '
+        '"base_url": ..., "format": "fhir" | "own", "api_key": ..., "timeout_seconds": 15}}')
+    rcm_fraud_max_quantity: int = Field(default=60, gt=0, description="A claim line with "
+                                        "more units than this is flagged as impossible")
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"
