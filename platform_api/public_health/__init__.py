@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.public_health import cases
+from platform_api.public_health import cases, hmis
 
 router = APIRouter()
 router.include_router(cases.router)
+router.include_router(hmis.router)
 
 __all__ = ["router"]
