@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.public_health import cases, hmis
+from platform_api.public_health import cases, dashboard, hmis
 
 router = APIRouter()
 router.include_router(cases.router)
 router.include_router(hmis.router)
+router.include_router(dashboard.router)
 
 __all__ = ["router"]
