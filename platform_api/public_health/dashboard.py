@@ -104,6 +104,7 @@ def render_chart(rows: list[CountRow], title: str, image: str) -> bytes:
     """A bar chart of cases and deaths per row, as SVG or PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.2), dpi=100)
     FigureCanvasAgg(figure)
@@ -117,7 +118,7 @@ def render_chart(rows: list[CountRow], title: str, image: str) -> bytes:
                     fontsize=8)
     axes.set_title(title)
     axes.set_ylabel("count")
-    axes.yaxis.get_major_locator().set_params(integer=True)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole numbers
     axes.legend()
     figure.tight_layout()
     buffer = io.BytesIO()
