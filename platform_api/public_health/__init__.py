@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.public_health import cases, dashboard, hmis
+from platform_api.public_health import cases, dashboard, hmis, surveillance
 
 router = APIRouter()
 router.include_router(cases.router)
 router.include_router(hmis.router)
 router.include_router(dashboard.router)
+router.include_router(surveillance.router)
 
 __all__ = ["router"]
