@@ -55,7 +55,7 @@ from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.ownership import owner_labels, with_owners
 from fhir_server.store import StoreError
-from platform_api.envelope import ApiError, Envelope, created, ok
+from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, created, ok
 from platform_api.facade import ApiContext, api_context, is_duplicate, require_member
 from platform_api.public_health.knowledge import Disease, diseases
 from platform_api.sessions.common import (
@@ -428,7 +428,11 @@ router = APIRouter(tags=["public-health"])
                      "updates the patient's case (200)",
              responses={200: {"model": Envelope[CaseView],
                               "description": "The report joined the patient's case of the "
-                                             "same disease episode (deduplicated)"}})
+                                             "same disease episode (deduplicated)"},
+                        404: {"model": ErrorEnvelope, "description": "NOT_FOUND: the "
+                              "patient, encounter or facility named does not exist"},
+                        409: {"model": ErrorEnvelope, "description": "CASE_ALREADY_REPORTED:"
+                              " the same case was being reported at the same moment"}})
 async def report_case(body: CaseReport, ctx: ApiContext = Depends(api_context)) -> Any:
     disease = diseases()[body.disease]
     await check_patient_and_encounter(ctx, body.model_dump())

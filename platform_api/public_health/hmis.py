@@ -28,6 +28,7 @@ from platform_api.envelope import Envelope, ok
 from platform_api.facade import ApiContext, api_context
 from platform_api.public_health.knowledge import HmisMapping
 from platform_api.public_health.reporting import (
+    HMIS_REFUSALS,
     PERIOD_PATTERN,
     Case,
     DataValue,
@@ -86,6 +87,7 @@ async def weekly_case_values(ctx: ApiContext, org_id: str, period: str | None
 
 
 @router.get("/api/public-health/hmis-export", response_model=Envelope[DataValueSet],
+            responses={k: v for k, v in HMIS_REFUSALS.items() if k in (404, 409)},
             summary="A week's notifiable cases of a facility as a DHIS2 dataValueSets "
                     "document (cases and deaths per disease and age group)")
 async def hmis_export(
@@ -100,6 +102,7 @@ async def hmis_export(
 
 
 @router.post("/api/public-health/hmis-push", response_model=Envelope[PushView],
+             responses=HMIS_REFUSALS,
              summary="Push a week's notifiable cases to the HMIS (DHIS2 dataValueSets); "
                      "idempotent per period; answers DHIS2's import summary")
 async def hmis_push(body: PushRequest, ctx: ApiContext = Depends(api_context)) -> Any:

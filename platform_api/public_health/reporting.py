@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from fhir_server.clock import now_instant
 from fhir_server.ownership import owner_labels
-from platform_api.envelope import ApiError
+from platform_api.envelope import ApiError, ErrorEnvelope
 from platform_api.facade import ApiContext, require_member
 from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_NURSE
 from platform_api.public_health.cases import (
@@ -70,6 +70,22 @@ async def hmis_facility(ctx: ApiContext, org_id: str | None) -> str:
         raise ApiError(422, "ORGANIZATION_REQUIRED", "Say which organization (org_id)",
                        field="org_id")
     return found
+
+
+def refusals(**said: str) -> dict[int | str, dict[str, Any]]:
+    """Refusals a route answers beyond those every route documents, for the OpenAPI
+    document: ``refusals(r404="...", r409="...")``."""
+    return {int(k[1:]): {"model": ErrorEnvelope, "description": v} for k, v in said.items()}
+
+
+NOT_FOUND_ORG = "NOT_FOUND: the organization named does not exist"
+HMIS_REFUSALS = refusals(
+    r404=NOT_FOUND_ORG,
+    r409="ORG_UNIT_NOT_MAPPED: the organization has no HMIS organisation unit",
+    r502="HMIS_UNREACHABLE, HMIS_AUTH_FAILED, HMIS_REJECTED: the HMIS could not be reached, "
+         "refused the credentials or answered no import summary; HMIS_IMPORT_FAILED: it "
+         "imported nothing (its conflicts in details)",
+    r503="HMIS_NOT_CONFIGURED: no HMIS server is configured")
 
 
 # -- when -----------------------------------------------------------------------------------

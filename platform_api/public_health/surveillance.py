@@ -33,6 +33,8 @@ from platform_api.public_health import ears
 from platform_api.public_health.knowledge import ears_parameters, syndromes
 from platform_api.public_health.reporting import (
     AGGREGATE_ROLES,
+    HMIS_REFUSALS,
+    NOT_FOUND_ORG,
     PERIOD_PATTERN,
     DataValue,
     DataValueSet,
@@ -44,6 +46,7 @@ from platform_api.public_health.reporting import (
     org_unit_of,
     owned_by,
     push,
+    refusals,
     week_days,
 )
 from platform_api.public_health.syndromes import DailyCounts, daily_counts
@@ -130,6 +133,7 @@ SyndromeCode = Annotated[str | None, Query(max_length=64)]
 
 
 @router.get("/api/surveillance/syndromes", response_model=PageEnvelope[SyndromeCounts],
+            responses=refusals(r404=NOT_FOUND_ORG),
             summary="Encounters per syndrome, facility and day (from encounter reasons, "
                     "diagnoses and vital signs)")
 async def syndrome_counts(
@@ -154,6 +158,7 @@ async def syndrome_counts(
 
 
 @router.get("/api/surveillance/alerts", response_model=PageEnvelope[AlertView],
+            responses=refusals(r404=NOT_FOUND_ORG),
             summary="EARS C1, C2 and C3 alerts on daily syndrome counts per facility")
 async def alerts(
     ctx: ApiContext = Depends(api_context), page: Pagination = Depends(pagination),
@@ -190,6 +195,7 @@ async def alerts(
 
 
 @router.post("/api/surveillance/export/hmis", response_model=Envelope[SurveillanceExportView],
+             responses=HMIS_REFUSALS,
              summary="A week's encounters per syndrome to the HMIS (DHIS2 dataValueSets); "
                      "idempotent per period; dry_run answers the document only")
 async def export_to_hmis(body: SurveillanceExport, ctx: ApiContext = Depends(api_context)
