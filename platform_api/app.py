@@ -39,6 +39,7 @@ from platform_api import (
     patients,
     payments,
     rcm,
+    public_health,
     scheduling,
     sessions,
     smart,
@@ -355,6 +356,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(payments.router)
     app.include_router(sessions.router)
     app.include_router(rcm.router)
+    app.include_router(public_health.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

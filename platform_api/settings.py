@@ -255,6 +255,18 @@ class Settings(BaseSettings):
                                  "every read and write of clinical data")
     clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)
     clinical_audit_batch: int = Field(default=500, gt=0)
+    # Public health and surveillance (platform_api/public_health): the HMIS (DHIS2) server
+    # pushes go to, how to sign in to it, and the mapping of counts to its data elements
+    hmis_url: str = Field(default="", description="Base URL of the DHIS2 instance "
+                          "(…/api/dataValueSets is posted to); empty: no push")
+    hmis_username: str = ""
+    hmis_password: str = ""
+    hmis_token: str = Field(default="", description="A DHIS2 personal access token, sent "
+                            "instead of the username and password when set")
+    hmis_timeout_seconds: float = Field(default=30.0, gt=0)
+    hmis_mapping_file: str = Field(default="", description="A JSON mapping of diseases and "
+                                   "syndromes to the instance's data elements; empty: the "
+                                   "shipped platform_api/public_health/data/hmis_mapping.json")
 
     # Revenue cycle (platform_api/rcm): the payers' APIs and the fraud rules' limits
     rcm_payers: dict[str, dict[str, Any]] = Field(

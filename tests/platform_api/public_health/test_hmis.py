@@ -1,0 +1,196 @@
+"""The HMIS export and push: GET /api/public-health/hmis-export, POST
+/api/public-health/hmis-push, against a stand-in DHIS2 over real HTTP."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from platform_api.public_health.dhis2 import Dhis2Client, HmisError
+from platform_api.public_health.reporting import last_complete_week
+from tests.conftest import make_settings
+from tests.platform_api.public_health.dhis2_standin import Dhis2StandIn
+from tests.platform_api.public_health.helpers import (
+    Clinic,
+    data,
+    refusal,
+    register,
+    report,
+    set_district,
+)
+
+PERIOD = last_complete_week()
+MONDAY = date.fromisocalendar(int(PERIOD[:4]), int(PERIOD[5:]), 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def dhis2() -> AsyncIterator[tuple[Dhis2StandIn, str]]:
+    stand_in = Dhis2StandIn()
+    runner = web.AppRunner(stand_in.app())
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield stand_in, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, dhis2: tuple[Dhis2StandIn, str]) -> Any:
+    stand_in, url = dhis2
+    return make_settings(tmp_path, hmis_url=url, hmis_username=stand_in.username,
+                         hmis_password=stand_in.password)
+
+
+async def _week_of_cases(clinic: Clinic) -> None:
+    """Kibera's week: two cholera cases (a child of 2 who died, an adult), one measles
+    case in a child, one discarded cholera case; Mathare's own cholera case."""
+    await set_district(clinic, clinic.org_id, "Kibra", "KEkibera001")
+    child = await register(clinic, "Baraka", "Otieno", (MONDAY - timedelta(days=800))
+                           .isoformat(), "KCC-0002")
+    other_child = await register(clinic, "Imani", "Wafula", "2024-01-15", "KCC-0003")
+    adult = await register(clinic, "Juma", "Mwangi", "1979-03-02", "KCC-0004")
+    onset = MONDAY.isoformat()
+    data(await report(clinic, patient_id=child, onset_date=onset, outcome="died"), 201)
+    data(await report(clinic, patient_id=adult, onset_date=onset), 201)
+    data(await report(clinic, patient_id=other_child, disease="measles", onset_date=onset),
+         201)
+    data(await report(clinic, onset_date=onset, classification="discarded"), 201)
+    mathare = await register(clinic, "Halima", "Said", "1990-05-05", "MNH-0001",
+                             org=clinic.other_org_id, who="other_admin")
+    data(await report(clinic, who="other_admin", patient_id=mathare, onset_date=onset), 201)
+
+
+def _values(value_set: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {(v["dataElement"], v["categoryOptionCombo"]): v["value"]
+            for v in value_set["dataValues"]}
+
+
+async def test_the_export_counts_the_weeks_cases_by_disease_and_age(clinic: Clinic):
+    await _week_of_cases(clinic)
+    value_set = data(await clinic.get("admin", "/api/public-health/hmis-export",
+                                      period=PERIOD))
+    assert value_set["dataSet"] == "IDSRweekly1" and value_set["period"] == PERIOD
+    assert value_set["orgUnit"] == "KEkibera001"
+    assert {v["period"] for v in value_set["dataValues"]} == {PERIOD}
+    values = _values(value_set)
+    assert values[("IDSRcholCas", "IDSRageLt5y")] == "1"
+    assert values[("IDSRcholCas", "IDSRage5yUp")] == "1"  # the discarded one is not counted
+    assert values[("IDSRcholDea", "IDSRageLt5y")] == "1"
+    assert values[("IDSRcholDea", "IDSRage5yUp")] == "0"
+    assert values[("IDSRmeasCas", "IDSRageLt5y")] == "1"
+    assert values[("IDSRebolCas", "IDSRage5yUp")] == "0"  # zero reporting
+    assert len(values) == 26 * 2 * 2
+    # the week before holds none of them
+    earlier = (MONDAY - timedelta(days=7)).isocalendar()
+    before = data(await clinic.get("admin", "/api/public-health/hmis-export",
+                                   period=f"{earlier[0]}W{earlier[1]}"))
+    assert set(_values(before).values()) == {"0"}
+
+
+async def test_the_push_is_idempotent_per_period(clinic: Clinic, dhis2):
+    stand_in, _ = dhis2
+    await _week_of_cases(clinic)
+    events = clinic.recorded("platform.public_health.hmis_pushed")
+    first = data(await clinic.post("admin", "/api/public-health/hmis-push",
+                                   {"period": PERIOD}))
+    assert first["status"] == "SUCCESS" and first["org_unit"] == "KEkibera001"
+    assert first["import_count"] == {"imported": 104, "updated": 0, "ignored": 0,
+                                     "deleted": 0}
+    assert stand_in.requests[0]["query"]["importStrategy"] == "CREATE_AND_UPDATE"
+    second = data(await clinic.post("admin", "/api/public-health/hmis-push",
+                                    {"period": PERIOD, "org_id": clinic.org_id}))
+    assert second["import_count"]["updated"] == 104
+    assert second["import_count"]["imported"] == 0 and second["pushes"] == 2
+    assert len(stand_in.values) == 104
+    assert stand_in.values[("IDSRcholCas", PERIOD, "KEkibera001", "IDSRageLt5y")] == "1"
+    await clinic.drain()
+    assert [e["payload"]["import_count"]["updated"] for e in events] == [0, 104]
+
+
+async def test_the_platform_administrator_pushes_for_a_named_facility(clinic: Clinic):
+    await _week_of_cases(clinic)
+    assert refusal(await clinic.post("platform_admin", "/api/public-health/hmis-push",
+                                     {"period": PERIOD})) == (422, "ORGANIZATION_REQUIRED")
+    pushed = data(await clinic.post("platform_admin", "/api/public-health/hmis-push",
+                                    {"period": PERIOD, "org_id": clinic.org_id}))
+    assert pushed["org_id"] == clinic.org_id
+
+
+async def test_a_facility_without_an_org_unit_or_unknown_to_dhis2(clinic: Clinic):
+    response = await clinic.get("admin", "/api/public-health/hmis-export", period=PERIOD)
+    assert refusal(response) == (409, "ORG_UNIT_NOT_MAPPED")
+    await set_district(clinic, clinic.org_id, "Kibra", "KEunknown01")
+    response = await clinic.post("admin", "/api/public-health/hmis-push", {"period": PERIOD})
+    assert refusal(response) == (502, "HMIS_IMPORT_FAILED")
+    assert response.json()["error"]["details"][0]["object"] == "KEunknown01"
+
+
+async def test_who_may_export_and_push(clinic: Clinic):
+    await set_district(clinic, clinic.org_id, "Kibra", "KEkibera001")
+    for who in ("doctor", "nurse", "receptionist", "stranger"):
+        assert refusal(await clinic.get(who, "/api/public-health/hmis-export",
+                                        period=PERIOD))[0] == 403, who
+        assert refusal(await clinic.post(who, "/api/public-health/hmis-push",
+                                         {"period": PERIOD}))[0] == 403, who
+    assert refusal(await clinic.get("other_admin", "/api/public-health/hmis-export",
+                                    org_id=clinic.org_id))[0] == 403
+    assert refusal(await clinic.get("admin", "/api/public-health/hmis-export",
+                                    org_id="no-such-org")) == (404, "NOT_FOUND")
+    assert (await clinic.client.get("/api/public-health/hmis-export")).status_code == 401
+    data(await clinic.get("platform_admin", "/api/public-health/hmis-export",
+                          org_id=clinic.org_id))
+
+
+async def test_bad_periods_are_refused_naming_the_field(clinic: Clinic):
+    await set_district(clinic, clinic.org_id, "Kibra", "KEkibera001")
+    for bad in ("2026-11", "2026W99"):
+        response = await clinic.get("admin", "/api/public-health/hmis-export", period=bad)
+        assert refusal(response) == (422, "VALIDATION_ERROR"), bad
+        assert response.json()["error"]["field"] == "period"
+    future = (date.today() + timedelta(days=14)).isocalendar()
+    response = await clinic.post("admin", "/api/public-health/hmis-push",
+                                 {"period": f"{future[0]}W{future[1]}"})
+    assert refusal(response) == (422, "VALIDATION_ERROR")
+    assert response.json()["error"]["field"] == "period"
+
+
+async def test_the_client_signs_in_with_a_token_and_reads_both_summary_shapes(dhis2):
+    stand_in, url = dhis2
+    values = {"dataSet": "IDSRweekly1", "period": PERIOD, "orgUnit": "KEkibera001",
+              "dataValues": [{"dataElement": "IDSRcholCas", "period": PERIOD,
+                              "orgUnit": "KEkibera001", "categoryOptionCombo": "IDSRageLt5y",
+                              "value": "3"}]}
+    summary = await Dhis2Client(url, token=stand_in.token).import_data_values(values)
+    assert summary.status == "SUCCESS" and summary.import_count["imported"] == 1
+    stand_in.legacy = True
+    summary = await Dhis2Client(url, token=stand_in.token).import_data_values(values)
+    assert summary.import_count["updated"] == 1
+    with pytest.raises(HmisError) as refused:
+        await Dhis2Client(url, token="d2pat_wrong").import_data_values(values)
+    assert refused.value.code == "HMIS_AUTH_FAILED" and "d2pat" not in refused.value.message
+    with pytest.raises(HmisError) as refused:
+        await Dhis2Client(url, "hmis-reporter", "wrong").import_data_values(values)
+    assert refused.value.code == "HMIS_AUTH_FAILED"
+    with pytest.raises(HmisError) as refused:
+        await Dhis2Client(f"http://127.0.0.1:{_free_port()}").import_data_values(values)
+    assert refused.value.code == "HMIS_UNREACHABLE"
+
+
+def test_no_hmis_configured_is_said(tmp_path: Path):
+    with pytest.raises(HmisError) as refused:
+        Dhis2Client.from_settings(make_settings(tmp_path))
+    assert refused.value.code == "HMIS_NOT_CONFIGURED"
