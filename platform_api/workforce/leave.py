@@ -52,6 +52,16 @@ def leave_window(start: str, end: str) -> tuple[datetime, datetime]:
     return first.replace(tzinfo=None), last.replace(tzinfo=None)
 
 
+def fhir_when(value: str) -> str:
+    """A FHIR dateTime of the leave's bound: a date stays a date (its whole day, as the
+    members' unavailability reads it); a date-time without a time zone, which FHIR does
+    not allow, becomes its whole day."""
+    if "T" not in value:
+        return value
+    moment = datetime.fromisoformat(value)
+    return value if moment.tzinfo is not None else moment.date().isoformat()
+
+
 class LeaveConsumer:
     def __init__(self, services: Services):
         self.services = services
@@ -90,8 +100,8 @@ class LeaveConsumer:
         if any(n.get("description") == said for n in role.get("notAvailable") or []):
             return True
         role["notAvailable"] = [*(role.get("notAvailable") or []), {
-            "description": said, "during": {"start": away[0].isoformat(),
-                                            "end": away[1].isoformat()}}]
+            "description": said, "during": {"start": fhir_when(str(payload["start"])),
+                                            "end": fhir_when(str(payload["end"]))}}]
         await fhir.update("PractitionerRole", role["id"], role,
                           if_match=int(role["meta"]["versionId"]))
         return True
@@ -149,4 +159,4 @@ def start(services: Services) -> None:
     services.bus.subscribe(LEAVE_APPROVED, LeaveConsumer(services).leave_approved)
 
 
-__all__ = ["LeaveConsumer", "leave_window", "start"]
+__all__ = ["LeaveConsumer", "fhir_when", "leave_window", "start"]

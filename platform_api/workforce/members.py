@@ -63,6 +63,8 @@ class Unavailability(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> Unavailability:
+        if any(isinstance(v, datetime) and v.tzinfo is None for v in (self.start, self.end)):
+            raise ValueError("a date-time needs its time zone (or give a date)")
         if window(self.start, self.end)[1] <= window(self.start, self.end)[0]:
             raise ValueError("end is before start")
         return self
@@ -170,8 +172,8 @@ def member_view(role: JSON) -> JSON:
     return MemberView(
         id=role["id"], organization_id=owners[0] if owners else None,
         user_id=(practitioner.get("identifier") or {}).get("value"),
-        name=practitioner.get("display"), role=(_codes(role, ROLE_SYSTEM) or [None])[0],
-        grade=(_codes(role, GRADE_SYSTEM) or [None])[0], skills=_codes(role, SKILL_SYSTEM),
+        name=practitioner.get("display"), role=next(iter(_codes(role, ROLE_SYSTEM)), None),
+        grade=next(iter(_codes(role, GRADE_SYSTEM)), None), skills=_codes(role, SKILL_SYSTEM),
         contracted_hours=first, max_hours_per_week=most,
         preferred_shift_types=_extensions(role, "preferred-shift-type"),
         avoided_shift_types=_extensions(role, "avoided-shift-type"),

@@ -154,7 +154,7 @@ class RosterModel:
                 if second.start >= first.end + reach:
                     break
                 if too_close(first, second, rules):
-                    model.add(self.on[(m, first)] + self.on[(m, second)] <= 1)
+                    model.add_at_most_one(self.works[(m, first)] + self.works[(m, second)])
         weeks: dict[int, list[cp_model.LinearExprT]] = {}
         for shift in shifts:
             weeks.setdefault(rules.week(shift.day), []).append(

@@ -12,7 +12,8 @@ import pytest
 
 from platform_api.settings import Settings
 from tests.conftest import make_settings
-from tests.platform_api.clinic import Clinic, clinic, refusal  # noqa: F401  (fixtures)
+from tests.platform_api.clinic import Clinic, refusal  # noqa: F401  (used by the tests)
+from tests.platform_api.clinic import clinic as clinic  # the fixture
 
 JSON = dict[str, Any]
 WARD = ("admin", "doctor", "nurse", "receptionist", "lab")
