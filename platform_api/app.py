@@ -44,6 +44,7 @@ from platform_api import (
     sessions,
     smart,
     webhooks,
+    workforce,
 )
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
@@ -293,6 +294,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store.add_outbox_listener(bus.wake)
         organizations.start(services)
         doctors.start(services)
+        workforce.start(services)
         await auth.start()
         await smart_server.start()
         await bus.start()
@@ -357,6 +359,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(rcm.router)
     app.include_router(public_health.router)
+    app.include_router(workforce.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -174,6 +174,14 @@ class Settings(BaseSettings):
     email_webhook_secret: str = ""
     inbound_webhook_secret: str = ""
     leave_webhook_secret: str = ""
+    # workforce: roster generation with OR-Tools CP-SAT (time limit and threads of one
+    # solve) and the hard rules' defaults (EU Working Time Directive: 11 h daily rest,
+    # 48 h a week; a member's own maximum replaces the weekly one)
+    workforce_solver_time_limit_seconds: float = Field(default=10.0, gt=0, le=600)
+    workforce_solver_workers: int = Field(default=2, ge=1, le=64)
+    workforce_min_rest_hours: float = Field(default=11, ge=0, le=48)
+    workforce_max_hours_per_week: float = Field(default=48, gt=0, le=168)
+    workforce_max_consecutive_nights: int = Field(default=3, ge=1, le=14)
     # Mobile money provider A: STK push (M-Pesa Daraja style)
     mobile_money_a_base_url: str = ""
     mobile_money_a_consumer_key: str = ""
