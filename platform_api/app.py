@@ -29,6 +29,7 @@ from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import (
     admin,
+    ai,
     cds,
     dead_letters,
     developer_keys,
@@ -353,6 +354,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(payments.router)
     app.include_router(sessions.router)
+    app.include_router(ai.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
