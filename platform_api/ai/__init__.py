@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.ai import lab_interpretation
+from platform_api.ai import inference, lab_interpretation, registry
 
 router = APIRouter()
 router.include_router(lab_interpretation.router)
+router.include_router(registry.router)
+router.include_router(inference.router)
 
 __all__ = ["router"]

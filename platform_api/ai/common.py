@@ -44,20 +44,22 @@ GIVEN = "platform.ai.decision_support_given"
 # Who may ask for decision support: the roles that treat patients or read their results.
 CLINICAL_ROLES = frozenset({ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_LAB})
 PATIENT_ID = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-.]{1,64}$")
+OPTIONAL_PATIENT_ID = Field(default=None, min_length=1, max_length=64,
+                            pattern=r"^[A-Za-z0-9\-.]{1,64}$")
 
 
 class Basis(BaseModel):
     kind: Literal["rule", "score", "model"]
     name: str
     version: str | None = None
-    source: str | None = Field(None, description="Publication, table or model record")
+    source: str | None = Field(default=None, description="Publication, table or model record")
 
 
 class InputUsed(BaseModel):
     name: str
     value: Any = None
     unit: str | None = None
-    reference: str | None = Field(None, description="The FHIR record it was read from")
+    reference: str | None = Field(default=None, description="The FHIR record it was read from")
 
 
 class Support(BaseModel):
@@ -134,5 +136,5 @@ async def answered(ctx: ApiContext, operation: str, answer: JSON, support: Suppo
     return {**answer, "support": support.model_dump()}
 
 
-__all__ = ["DISCLAIMER", "GIVEN", "PATIENT_ID", "Basis", "InputUsed", "Support",
-           "answered", "patient_for", "record_call", "require_clinician"]
+__all__ = ["DISCLAIMER", "GIVEN", "OPTIONAL_PATIENT_ID", "PATIENT_ID", "Basis", "InputUsed",
+           "Support", "answered", "patient_for", "record_call", "require_clinician"]

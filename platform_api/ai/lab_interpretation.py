@@ -93,12 +93,12 @@ class ResultView(BaseModel):
     effective: str | None = None
     reference_low: float | None = None
     reference_high: float | None = None
-    reference_source: str | None = Field(None, description="laboratory | table")
+    reference_source: str | None = Field(default=None, description="laboratory | table")
     flag: Flag
-    critical: bool | None = Field(None, description="null: no critical limit known")
+    critical: bool | None = Field(default=None, description="null: no critical limit known")
     critical_limit: float | None = None
     previous: PreviousView | None = None
-    delta: float | None = Field(None, description="value - previous (same unit)")
+    delta: float | None = Field(default=None, description="value - previous (same unit)")
     delta_exceeded: bool | None = None
 
 
