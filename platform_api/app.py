@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, params
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -29,6 +29,7 @@ from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import (
     admin,
+    ai,
     cds,
     dead_letters,
     developer_keys,
@@ -100,13 +101,19 @@ def request_refusal(request: Request, exc: RequestValidationError) -> ApiError:
         return ApiError(422, "VALIDATION_ERROR", "The request needs a JSON body "
                         "(Content-Type: application/json)", field="body")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if loc[:1] == ("body",) and not _is_json_type(content_type):
+    if loc[:1] == ("body",) and not _is_json_type(content_type) and not _takes_form(request):
         said = f"this request said {content_type}" if content_type else \
             "this request sent no Content-Type"
         return ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "The body must be JSON sent with "
                         f"Content-Type: application/json ({said})")
     field = _field_of(loc)
     return ApiError(422, "VALIDATION_ERROR", f"{field}: {first['msg']}", field=field)
+
+
+def _takes_form(request: Request) -> bool:
+    """The route's body is a form (an upload), whose fields are checked like JSON's."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    return isinstance(getattr(body, "field_info", None), params.Form)
 
 
 def _is_json_type(content_type: str) -> bool:
@@ -360,6 +367,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(rcm.router)
     app.include_router(public_health.router)
     app.include_router(workforce.router)
+    app.include_router(ai.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -283,6 +283,29 @@ class Settings(BaseSettings):
     rcm_fraud_max_quantity: int = Field(default=60, gt=0, description="A claim line with "
                                         "more units than this is flagged as impossible")
 
+    # AI-assisted tools and the model registry (platform_api/ai)
+    ai_model_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="Largest "
+                                    "ONNX model accepted (the request body limit applies "
+                                    "too)")
+    ai_inference_threads: int = Field(default=1, ge=0, description="onnxruntime intra-op "
+                                      "threads per model (0: onnxruntime's default)")
+    ai_image_max_pixels: int = Field(default=40_000_000, gt=0, description="Largest image "
+                                     "(width x height) decoded for inference")
+    ai_device_stale_seconds: float = Field(default=6 * 3600.0, gt=0, description="A device "
+                                           "silent this long is listed as stale")
+    ai_cloud_url: str = Field(default="", description="Base URL of the remote inference "
+                              "endpoint (empty: cloud inference is not configured)")
+    ai_cloud_protocol: str = Field(default="kserve-v2", description="kserve-v2 (Open "
+                                   "Inference Protocol) | openai (chat completions)")
+    ai_cloud_api_key: str = ""
+    ai_cloud_model: str = Field(default="", description="The model to call when a request "
+                                "names none")
+    ai_cloud_timeout_seconds: float = Field(default=30.0, gt=0)
+    ai_cloud_max_request_bytes: int = Field(default=1024 * 1024, gt=0)
+    ai_cloud_max_response_bytes: int = Field(default=1024 * 1024, gt=0)
+    ai_cloud_send_patient_identifiers: bool = Field(default=False, description="Allow "
+                                                    "patient identifiers in what is sent")
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"
