@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from functools import cache
 from typing import Any
 
 from fhir_server.ownership import owner_labels
 from platform_api.facade import ApiContext
 from platform_api.public_health.knowledge import Sign, negations, signs, syndromes
+from platform_api.public_health.reporting import search_days
 from platform_api.sessions.common import local_id
 
 JSON = dict[str, Any]
@@ -178,10 +179,9 @@ class DailyCounts:
 
 async def daily_counts(ctx: ApiContext, start: date, end: date,
                        criteria: list[tuple[str, str]]) -> DailyCounts:
-    found = await ctx.fhir.search("Encounter", [
-        ("date", f"ge{start.isoformat()}"), ("date", f"lt{(end + timedelta(days=1))}"),
+    found = await search_days(ctx, "Encounter", "date", start, end, [
         ("_revinclude", "Condition:encounter"), ("_revinclude", "Observation:encounter"),
-        ("_include", "Encounter:diagnosis"), *criteria], included=True)
+        ("_include", "Encounter:diagnosis"), *criteria])
     by_id = {(r["resourceType"], r["id"]): r for r in found}
     related: dict[str, dict[str, list[JSON]]] = defaultdict(
         lambda: {"Condition": [], "Observation": []})

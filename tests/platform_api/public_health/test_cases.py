@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.platform_api.public_health.helpers import Clinic, data, days_ago, refusal, report
 
 
@@ -118,3 +120,14 @@ async def test_the_facility_is_the_patients_organization_or_one_named(clinic: Cl
         == 403
     assert refusal(await report(clinic, who="doctor", facility_id="no-such-org")) == (
         404, "NOT_FOUND")
+
+
+async def test_identical_reports_at_the_same_moment_are_one_case(clinic: Clinic):
+    answers = await asyncio.gather(*(report(clinic, onset_date=days_ago(3))
+                                     for _ in range(3)))
+    assert sorted(a.status_code for a in answers) == [200, 200, 201], [
+        a.text for a in answers]
+    assert len({a.json()["data"]["id"] for a in answers}) == 1
+    listed = (await clinic.get("doctor", "/fhir/Condition",
+                               patient=f"Patient/{clinic.patient_id}")).json()
+    assert listed["total"] == 1

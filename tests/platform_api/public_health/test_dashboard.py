@@ -92,3 +92,20 @@ async def test_only_platform_administrators_and_bad_filters(clinic: Clinic):
                                     **params)
         assert refusal(response) == (422, "VALIDATION_ERROR"), params
         assert response.json()["error"]["field"] == field, params
+
+
+async def test_a_question_past_the_search_limit_is_split_or_refused(clinic: Clinic,
+                                                                    monkeypatch):
+    from platform_api.public_health import reporting
+
+    await _cases(clinic)
+    # Kibera's three counted cases span three days: the whole range fills a search of 4
+    # (3 conditions and the patient they include), each half does not
+    monkeypatch.setattr(reporting, "MAX_SEARCH_RESULTS", 4)
+    view = data(await clinic.get("platform_admin", "/api/public-health/dashboard",
+                                 org_id=clinic.org_id))
+    assert view["total"] == 3
+    monkeypatch.setattr(reporting, "MAX_SEARCH_RESULTS", 2)  # one day fills it
+    response = await clinic.get("platform_admin", "/api/public-health/dashboard")
+    assert refusal(response) == (422, "TOO_MANY_RECORDS")
+    assert response.json()["error"]["field"] == "org_id"

@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from platform_api.public_health.dhis2 import Dhis2Client, HmisError
 from platform_api.public_health.reporting import last_complete_week
 from tests.conftest import make_settings
-from tests.platform_api.public_health.dhis2_standin import Dhis2StandIn
+from tests.platform_api.public_health.conftest import free_port
 from tests.platform_api.public_health.helpers import (
     Clinic,
     data,
@@ -27,32 +24,6 @@ from tests.platform_api.public_health.helpers import (
 
 PERIOD = last_complete_week()
 MONDAY = date.fromisocalendar(int(PERIOD[:4]), int(PERIOD[5:]), 1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-async def dhis2() -> AsyncIterator[tuple[Dhis2StandIn, str]]:
-    stand_in = Dhis2StandIn()
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-def settings(tmp_path: Path, dhis2: tuple[Dhis2StandIn, str]) -> Any:
-    stand_in, url = dhis2
-    return make_settings(tmp_path, hmis_url=url, hmis_username=stand_in.username,
-                         hmis_password=stand_in.password)
 
 
 async def _week_of_cases(clinic: Clinic) -> None:
@@ -186,7 +157,7 @@ async def test_the_client_signs_in_with_a_token_and_reads_both_summary_shapes(dh
         await Dhis2Client(url, "hmis-reporter", "wrong").import_data_values(values)
     assert refused.value.code == "HMIS_AUTH_FAILED"
     with pytest.raises(HmisError) as refused:
-        await Dhis2Client(f"http://127.0.0.1:{_free_port()}").import_data_values(values)
+        await Dhis2Client(f"http://127.0.0.1:{free_port()}").import_data_values(values)
     assert refused.value.code == "HMIS_UNREACHABLE"
 
 
