@@ -165,3 +165,23 @@ def test_no_hmis_configured_is_said(tmp_path: Path):
     with pytest.raises(HmisError) as refused:
         Dhis2Client.from_settings(make_settings(tmp_path))
     assert refused.value.code == "HMIS_NOT_CONFIGURED"
+
+
+def test_a_mapping_that_does_not_fit_stops_the_app(tmp_path: Path):
+    import json
+
+    from platform_api.app import create_app
+    from platform_api.public_health.knowledge import DATA
+
+    mapping = json.loads((DATA / "hmis_mapping.json").read_text())
+    mapping["cases"]["data_elements"]["common-cold"] = {"cases": "XXcoldCases",
+                                                       "deaths": "XXcoldDeath"}
+    path = tmp_path / "mapping.json"
+    path.write_text(json.dumps(mapping))
+    with pytest.raises(ValueError, match="common-cold"):
+        create_app(make_settings(tmp_path, hmis_mapping_file=str(path)))
+    own = tmp_path / "own.json"
+    del mapping["cases"]["data_elements"]["common-cold"]
+    mapping["cases"]["data_elements"]["cholera"]["cases"] = "KEcholera01"
+    own.write_text(json.dumps(mapping))
+    create_app(make_settings(tmp_path, hmis_mapping_file=str(own)))
