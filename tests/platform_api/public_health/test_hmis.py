@@ -150,12 +150,23 @@ async def test_the_client_signs_in_with_a_token_and_reads_both_summary_shapes(dh
     stand_in.legacy = True
     summary = await Dhis2Client(url, token=stand_in.token).import_data_values(values)
     assert summary.import_count["updated"] == 1
+    stand_in.legacy = False
+    mixed = {**values, "dataValues": [*values["dataValues"], {
+        **values["dataValues"][0], "orgUnit": "KEnowhere01"}]}
+    summary = await Dhis2Client(url, token=stand_in.token).import_data_values(mixed)
+    assert summary.status == "WARNING"  # DHIS2 answers it with HTTP 409
+    assert summary.import_count["updated"] == 1 and summary.import_count["ignored"] == 1
+    assert summary.conflicts == [{"object": "KEnowhere01",
+                                  "value": "Org unit not found or not accessible"}]
     with pytest.raises(HmisError) as refused:
         await Dhis2Client(url, token="d2pat_wrong").import_data_values(values)
     assert refused.value.code == "HMIS_AUTH_FAILED" and "d2pat" not in refused.value.message
     with pytest.raises(HmisError) as refused:
         await Dhis2Client(url, "hmis-reporter", "wrong").import_data_values(values)
     assert refused.value.code == "HMIS_AUTH_FAILED"
+    with pytest.raises(HmisError) as refused:
+        await Dhis2Client(url + "/dhis", token=stand_in.token).import_data_values(values)
+    assert refused.value.code == "HMIS_REJECTED" and "404" in refused.value.message
     with pytest.raises(HmisError) as refused:
         await Dhis2Client(f"http://127.0.0.1:{free_port()}").import_data_values(values)
     assert refused.value.code == "HMIS_UNREACHABLE"
