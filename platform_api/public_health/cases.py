@@ -26,7 +26,8 @@ Mapping (/api field → FHIR):
                       Encounter (class AMB, or IMP when ``admitted``; reasonCode the
                       disease, diagnosis the Condition, serviceProvider the facility)
     facility_id     → the owner label of everything written (default: the caller's
-                      organization that owns the patient)
+                      organization that owns the patient; for a patient seen with their
+                      consent, the caller's organization)
     notes           → Condition.note
 
 **One case per patient and disease episode**: a report for a patient who already has a
@@ -282,13 +283,16 @@ def _observation(item: CaseObservation, report: CaseReport, encounter_id: str,
 
 async def _facility(ctx: ApiContext, report: CaseReport, patient: JSON) -> str:
     """The organization the case is reported by: the one named (the caller must be a
-    member), else the caller's organization that owns the patient."""
+    member), else the caller's organization that owns the patient, else (a patient seen
+    with their consent) the caller's one organization."""
     if report.facility_id:
         await require_member(ctx, report.facility_id)
         return report.facility_id
     subject = ctx.access.subject
     owners = sorted(o for o in owner_labels(patient)
                     if subject.unrestricted or subject.role_in(o))
+    if not owners and not subject.unrestricted:
+        owners = sorted(subject.memberships)
     if len(owners) == 1:
         return owners[0]
     raise ApiError(422, "FACILITY_REQUIRED", "Say which facility reports the case (the "
