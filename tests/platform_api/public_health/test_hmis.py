@@ -196,3 +196,26 @@ def test_a_mapping_that_does_not_fit_stops_the_app(tmp_path: Path):
     mapping["cases"]["data_elements"]["cholera"]["cases"] = "KEcholera01"
     own.write_text(json.dumps(mapping))
     create_app(make_settings(tmp_path, hmis_mapping_file=str(own)))
+
+
+async def test_a_push_without_an_hmis_configured_is_503(tmp_path: Path):
+    import httpx
+    from asgi_lifespan import LifespanManager
+
+    from platform_api.app import create_app
+    from tests.conftest import make_clinic_admin
+
+    app = create_app(make_settings(tmp_path))
+    async with LifespanManager(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            founder = await make_clinic_admin(client)
+            organization = (await client.get(f"/fhir/Organization/{founder['org_id']}",
+                                             headers=founder["headers"])).json()
+            organization["identifier"] = [{"system": "urn:healthplatform:hmis-org-unit",
+                                           "value": "KEkibera001"}]
+            await client.put(f"/fhir/Organization/{founder['org_id']}",
+                             headers=founder["headers"], json=organization)
+            response = await client.post("/api/public-health/hmis-push",
+                                         headers=founder["headers"], json={"period": PERIOD})
+    assert refusal(response) == (503, "HMIS_NOT_CONFIGURED")
