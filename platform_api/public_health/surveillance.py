@@ -45,7 +45,6 @@ from platform_api.public_health.reporting import (
     last_complete_week,
     mapping,
     org_unit_of,
-    owned_by,
     push,
     refusals,
     week_days,
@@ -109,7 +108,7 @@ def _syndrome_filter(syndrome: str | None) -> list[str]:
 async def _counts(ctx: ApiContext, org_id: str | None, start: date, end: date
                   ) -> tuple[DailyCounts, list[str]]:
     facility = await facility_for(ctx, org_id, AGGREGATE_ROLES)
-    counts = await daily_counts(ctx, start, end, owned_by(facility))
+    counts = await daily_counts(ctx, start, end, facility)
     facilities = [facility] if facility else sorted(counts.facilities)
     return counts, facilities
 
@@ -192,7 +191,7 @@ async def export_to_hmis(body: SurveillanceExport, ctx: ApiContext = Depends(api
     period = body.period or last_complete_week()
     monday, sunday = week_days(period)
     org_unit = await org_unit_of(ctx, facility)
-    counts = await daily_counts(ctx, monday, sunday, owned_by(facility))
+    counts = await daily_counts(ctx, monday, sunday, facility)
     m = mapping(ctx)
     values = DataValueSet(dataSet=m.syndromes_data_set, period=period, orgUnit=org_unit,
                           dataValues=[DataValue(
