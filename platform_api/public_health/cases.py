@@ -176,9 +176,20 @@ class CaseView(BaseModel):
 
 
 def disease_of(condition: JSON) -> Disease | None:
-    for c in (condition.get("code") or {}).get("coding") or []:
+    """The IDSR disease of a case: its platform coding, else (a notifiable-case Condition
+    written on /fhir or by HL7v2 with ICD-10 alone) the disease whose ICD-10 codes
+    its code begins with."""
+    codings = (condition.get("code") or {}).get("coding") or []
+    for c in codings:
         if c.get("system") == DISEASE_SYSTEM:
             return diseases().get(c.get("code", ""))
+    for c in codings:
+        code = str(c.get("code") or "").upper()
+        if c.get("system") == ICD10 and code:
+            found = next((d for d in diseases().values()
+                          if any(code.startswith(prefix) for prefix in d.icd10)), None)
+            if found is not None:
+                return found
     return None
 
 
