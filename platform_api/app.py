@@ -294,6 +294,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     housekeeping = Housekeeping(store, settings)
     webhooks.install(services)
     payments.install(services)
+    public_health.install(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

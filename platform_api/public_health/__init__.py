@@ -15,6 +15,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from platform_api.public_health import cases, dashboard, hmis, surveillance
+from platform_api.public_health.knowledge import (
+    diseases,
+    ears_parameters,
+    hmis_mapping,
+    syndromes,
+)
+from platform_api.services import Services
 
 router = APIRouter()
 router.include_router(cases.router)
@@ -22,4 +29,16 @@ router.include_router(hmis.router)
 router.include_router(dashboard.router)
 router.include_router(surveillance.router)
 
-__all__ = ["router"]
+
+
+def install(services: Services) -> None:
+    """Read the knowledge files and the HMIS mapping now, so that a deployment's mapping
+    that does not fit (an unknown disease or syndrome, no open last age group, a file
+    that is not there) stops the server at start, saying what is wrong."""
+    diseases()
+    syndromes()
+    ears_parameters()
+    hmis_mapping(services.settings.hmis_mapping_file)
+
+
+__all__ = ["install", "router"]

@@ -26,7 +26,8 @@ Mapping (/api field → FHIR):
                       Encounter (class AMB, or IMP when ``admitted``; reasonCode the
                       disease, diagnosis the Condition, serviceProvider the facility)
     facility_id     → the owner label of everything written (default: the caller's
-                      organization that owns the patient)
+                      organization that owns the patient; for a patient seen with their
+                      consent, the caller's organization)
     notes           → Condition.note
 
 **One case per patient and disease episode**: a report for a patient who already has a
@@ -56,10 +57,16 @@ from fhir_server.ids import new_id
 from fhir_server.ownership import owner_labels, with_owners
 from fhir_server.store import StoreError
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, created, ok
-from platform_api.facade import ApiContext, api_context, is_duplicate, require_member
+from platform_api.facade import (
+    ApiContext,
+    api_context,
+    create_unique,
+    is_duplicate,
+    require_member,
+    until_stable,
+)
 from platform_api.public_health.knowledge import Disease, diseases
 from platform_api.sessions.common import (
-    EXTENSION,
     LOINC,
     check_patient_and_encounter,
     concept,
@@ -169,9 +176,20 @@ class CaseView(BaseModel):
 
 
 def disease_of(condition: JSON) -> Disease | None:
-    for c in (condition.get("code") or {}).get("coding") or []:
+    """The IDSR disease of a case: its platform coding, else (a notifiable-case Condition
+    written on /fhir or by HL7v2 with ICD-10 alone) the disease whose ICD-10 codes
+    its code begins with."""
+    codings = (condition.get("code") or {}).get("coding") or []
+    for c in codings:
         if c.get("system") == DISEASE_SYSTEM:
             return diseases().get(c.get("code", ""))
+    for c in codings:
+        code = str(c.get("code") or "").upper()
+        if c.get("system") == ICD10 and code:
+            found = next((d for d in diseases().values()
+                          if any(code.startswith(prefix) for prefix in d.icd10)), None)
+            if found is not None:
+                return found
     return None
 
 
@@ -276,13 +294,16 @@ def _observation(item: CaseObservation, report: CaseReport, encounter_id: str,
 
 async def _facility(ctx: ApiContext, report: CaseReport, patient: JSON) -> str:
     """The organization the case is reported by: the one named (the caller must be a
-    member), else the caller's organization that owns the patient."""
+    member), else the caller's organization that owns the patient, else (a patient seen
+    with their consent) the caller's one organization."""
     if report.facility_id:
         await require_member(ctx, report.facility_id)
         return report.facility_id
     subject = ctx.access.subject
     owners = sorted(o for o in owner_labels(patient)
                     if subject.unrestricted or subject.role_in(o))
+    if not owners and not subject.unrestricted:
+        owners = sorted(subject.memberships)
     if len(owners) == 1:
         return owners[0]
     raise ApiError(422, "FACILITY_REQUIRED", "Say which facility reports the case (the "
@@ -333,24 +354,19 @@ async def _create(ctx: ApiContext, report: CaseReport, disease: Disease, facilit
                     for o in report.observations]
     condition = _apply(_condition(report, disease, encounter_id, ctx, facility), report,
                        [o["id"] for o in observations], {"classification", "outcome"})
-    unit = ctx.unit()
+    unit = ctx.fhir.unit()  # its own: a report may be tried again after a race
     async with unit:
         new_encounter = None
         if report.encounter_id is None:
             new_encounter = await unit.create(_encounter(report, encounter_id, condition_id,
                                                          disease, facility),
                                               resource_id=encounter_id)
-        staged = await unit.create(condition, resource_id=condition_id, if_none_exist=[
+        # two identical reports at once: the second finds the first (not discarded)
+        staged = await create_unique(unit, condition, [
             ("identifier", f"{CASE_IDENTIFIER}|{condition['identifier'][0]['value']}"),
-            ("verification-status:not", f"{VERIFICATION}|refuted")])
+            ("verification-status:not", f"{VERIFICATION}|refuted")],
+            resource_id=condition_id)
         written = [await unit.create(o, resource_id=o["id"]) for o in observations]
-
-        def refuse_a_second(staging: Any) -> None:
-            if staged.existing:
-                from platform_api.facade import Duplicate
-
-                raise Duplicate("the same case was reported at the same time")
-        unit.after_writes(refuse_a_second)
         unit.after_writes(lambda staging: staging.emit(
             TOPIC + "reported", _event(_body(staged), disease), source_service="public_health"))
         await unit.commit()
@@ -366,7 +382,7 @@ async def _update(ctx: ApiContext, report: CaseReport, disease: Disease, current
                     for o in report.observations]
     changed = _apply(orjson.loads(orjson.dumps(current)), report,
                      [o["id"] for o in observations], report.model_fields_set)
-    unit = ctx.unit()
+    unit = ctx.fhir.unit()  # its own: a report may be tried again after a race
     async with unit:
         written = [await unit.create(o, resource_id=o["id"]) for o in observations]
         staged = await unit.update(changed, if_match=int(current["meta"]["versionId"]))
@@ -438,11 +454,19 @@ async def report_case(body: CaseReport, ctx: ApiContext = Depends(api_context)) 
     await check_patient_and_encounter(ctx, body.model_dump())
     patient = await ctx.fhir.read_json("Patient", body.patient_id)
     facility = await _facility(ctx, body, patient)
-    for _attempt in range(2):
+
+    async def join_episode() -> JSON:
+        """The patient's case of this episode with the report applied (read again when
+        another writer changed it meanwhile), or ``{}`` when there is none."""
         current = await _same_episode(ctx, body, disease)
-        if current is not None:
-            condition, _ = await _update(ctx, body, disease, current, facility)
-            return ok(case_view(condition, await _bundle(ctx, condition, None), True))
+        if current is None:
+            return {}
+        return (await _update(ctx, body, disease, current, facility))[0]
+
+    for _attempt in range(2):
+        joined = await until_stable(join_episode)
+        if joined:
+            return ok(case_view(joined, await _bundle(ctx, joined, None), True))
         try:
             condition, encounter, _ = await _create(ctx, body, disease, facility)
         except StoreError as error:
@@ -453,5 +477,5 @@ async def report_case(body: CaseReport, ctx: ApiContext = Depends(api_context)) 
     raise ApiError(409, "CASE_ALREADY_REPORTED", "This case was reported at the same time")
 
 
-__all__ = ["CASE_CRITERIA", "DISEASE_SYSTEM", "EXTENSION", "case_counts", "disease_of",
+__all__ = ["CASE_CRITERIA", "DISEASE_SYSTEM", "CaseView", "case_counts", "disease_of",
            "epi_week", "onset_of", "router"]

@@ -26,10 +26,9 @@ from platform_api.envelope import ApiError, Envelope, ok
 from platform_api.facade import ApiContext, api_context
 from platform_api.public_health.cases import epi_week
 from platform_api.public_health.knowledge import diseases
-from platform_api.public_health.reporting import Case, cases_between, owned_by
+from platform_api.public_health.reporting import Case, cases_between, date_range, owned_by
 
 router = APIRouter(tags=["public-health"])
-MAX_DAYS = 366
 DEFAULT_DAYS = 12 * 7
 Chart = Literal["week", "disease", "facility", "district"]
 MEDIA = {"svg": "image/svg+xml", "png": "image/png"}
@@ -142,14 +141,7 @@ async def dashboard(
     format: Annotated[Literal["json", "svg", "png"], Query()] = "json",
     chart: Annotated[Chart, Query()] = "week",
 ) -> Any:
-    end = date_to or date.today()
-    start = date_from or end - timedelta(days=DEFAULT_DAYS - 1)
-    if start > end:
-        raise ApiError(422, "VALIDATION_ERROR", "date_from is after date_to",
-                       field="date_from")
-    if (end - start).days >= MAX_DAYS:
-        raise ApiError(422, "VALIDATION_ERROR", f"At most {MAX_DAYS} days at once",
-                       field="date_from")
+    start, end = date_range(date_from, date_to, DEFAULT_DAYS)
     if disease is not None and disease not in diseases():
         raise ApiError(422, "VALIDATION_ERROR", f"Unknown disease {disease!r}",
                        field="disease")

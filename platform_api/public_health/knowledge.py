@@ -2,9 +2,10 @@
 priority diseases, the syndromes and the signs they are made of, the EARS parameters,
 and the mapping of counts to a DHIS2 instance's data elements.
 
-Loaded once; ``HEALTHPLATFORM_HMIS_MAPPING_FILE`` replaces the shipped mapping with a
-deployment's own (its DHIS2 instance's UIDs). A file that does not hold what the area
-reads fails at start with a message naming the entry.
+Loaded once, on first use; ``HEALTHPLATFORM_HMIS_MAPPING_FILE`` replaces the shipped
+mapping with a deployment's own (its DHIS2 instance's UIDs). A mapping that names a
+disease or syndrome the platform does not know, or has no open last age group, is
+refused with a message naming it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fhir_server.clock import now_instant
-from fhir_server.ownership import owner_labels
+from fhir_server.ownership import OWNER_SYSTEM, owner_labels
+from fhir_server.service import MAX_SEARCH_RESULTS
 from platform_api.envelope import ApiError, ErrorEnvelope
 from platform_api.facade import ApiContext, require_member
 from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_NURSE
@@ -95,6 +96,25 @@ def last_complete_week(today: date | None = None) -> str:
     return f"{year}W{week}"
 
 
+MAX_DAYS = 366
+
+
+def date_range(date_from: date | None, date_to: date | None, default_days: int
+               ) -> tuple[date, date]:
+    """A report's days: up to ``date_to`` (default today), from ``date_from`` (default
+    ``default_days`` before); 422 naming ``date_from`` when reversed or longer than
+    :data:`MAX_DAYS`."""
+    end = date_to or date.today()
+    start = date_from or end - timedelta(days=default_days - 1)
+    if start > end:
+        raise ApiError(422, "VALIDATION_ERROR", "date_from is after date_to",
+                       field="date_from")
+    if (end - start).days >= MAX_DAYS:
+        raise ApiError(422, "VALIDATION_ERROR", f"At most {MAX_DAYS} days at once",
+                       field="date_from")
+    return start, end
+
+
 def week_days(period: str, field: str = "period") -> tuple[date, date]:
     """Monday and Sunday of a DHIS2 weekly period (``2026W47``); 422 naming ``field`` for
     a week that does not exist or has not begun."""
@@ -133,14 +153,35 @@ class Case:
     age_years: int | None
 
 
+async def search_days(ctx: ApiContext, resource_type: str, date_param: str, start: date,
+                      end: date, criteria: list[tuple[str, str]]) -> list[JSON]:
+    """Every ``resource_type`` the caller may see whose ``date_param`` falls from ``start``
+    to ``end``, with what ``criteria``'s ``_include``/``_revinclude`` bring, each once.
+    A search answers at most ``MAX_SEARCH_RESULTS`` resources: a range that fills it is
+    searched again in halves, and a single day that still does is a 422 asking to narrow
+    the question (never a silently short count)."""
+    found = await ctx.fhir.search(resource_type, [
+        (date_param, f"ge{start.isoformat()}"),
+        (date_param, f"lt{(end + timedelta(days=1)).isoformat()}"), *criteria],
+        included=True)
+    if len(found) < MAX_SEARCH_RESULTS:
+        return found
+    if start == end:
+        raise ApiError(422, "TOO_MANY_RECORDS", f"More than {MAX_SEARCH_RESULTS} records "
+                       f"on {start.isoformat()}: name one facility (org_id)", field="org_id")
+    middle = start + (end - start) // 2
+    halves = [*await search_days(ctx, resource_type, date_param, start, middle, criteria),
+              *await search_days(ctx, resource_type, date_param,
+                                 middle + timedelta(days=1), end, criteria)]
+    return list({(r["resourceType"], r["id"]): r for r in halves}.values())
+
+
 async def cases_between(ctx: ApiContext, start: date, end: date,
                         criteria: list[tuple[str, str]] | None = None) -> list[Case]:
     """The counted (not discarded) notifiable cases the caller may see with onset from
     ``start`` to ``end``, with the patient's age at onset."""
-    found = await ctx.fhir.search("Condition", [
-        *CASE_CRITERIA, ("onset-date", f"ge{start.isoformat()}"),
-        ("onset-date", f"le{end.isoformat()}"), ("_include", "Condition:subject"),
-        *(criteria or [])], included=True)
+    found = await search_days(ctx, "Condition", "onset-date", start, end, [
+        *CASE_CRITERIA, ("_include", "Condition:subject"), *(criteria or [])])
     born = {p["id"]: p.get("birthDate") for p in found if p["resourceType"] == "Patient"}
     cases = []
     for condition in found:
@@ -158,8 +199,7 @@ async def cases_between(ctx: ApiContext, start: date, end: date,
 
 
 def owned_by(org_id: str | None) -> list[tuple[str, str]]:
-    from fhir_server.ownership import OWNER_SYSTEM
-
+    """Criteria of what ``org_id`` owns (none: everything the caller may see)."""
     return [("_security", f"{OWNER_SYSTEM}|{org_id}")] if org_id else []
 
 

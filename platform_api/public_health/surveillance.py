@@ -39,12 +39,12 @@ from platform_api.public_health.reporting import (
     DataValue,
     DataValueSet,
     PushView,
+    date_range,
     facility_for,
     hmis_facility,
     last_complete_week,
     mapping,
     org_unit_of,
-    owned_by,
     push,
     refusals,
     week_days,
@@ -52,7 +52,6 @@ from platform_api.public_health.reporting import (
 from platform_api.public_health.syndromes import DailyCounts, daily_counts
 
 router = APIRouter(tags=["surveillance"])
-MAX_DAYS = 366
 TOPIC = "platform.surveillance.hmis_exported"
 
 
@@ -97,18 +96,6 @@ class SurveillanceExportView(BaseModel):
     push: PushView | None = Field(description="DHIS2's import summary (none on a dry run)")
 
 
-def _range(date_from: date | None, date_to: date | None, days: int) -> tuple[date, date]:
-    end = date_to or date.today()
-    start = date_from or end - timedelta(days=days - 1)
-    if start > end:
-        raise ApiError(422, "VALIDATION_ERROR", "date_from is after date_to",
-                       field="date_from")
-    if (end - start).days >= MAX_DAYS:
-        raise ApiError(422, "VALIDATION_ERROR", f"At most {MAX_DAYS} days at once",
-                       field="date_from")
-    return start, end
-
-
 def _syndrome_filter(syndrome: str | None) -> list[str]:
     if syndrome is None:
         return list(syndromes())
@@ -121,7 +108,7 @@ def _syndrome_filter(syndrome: str | None) -> list[str]:
 async def _counts(ctx: ApiContext, org_id: str | None, start: date, end: date
                   ) -> tuple[DailyCounts, list[str]]:
     facility = await facility_for(ctx, org_id, AGGREGATE_ROLES)
-    counts = await daily_counts(ctx, start, end, owned_by(facility))
+    counts = await daily_counts(ctx, start, end, facility)
     facilities = [facility] if facility else sorted(counts.facilities)
     return counts, facilities
 
@@ -141,7 +128,7 @@ async def syndrome_counts(
     date_from: Range = None, date_to: Range = None, org_id: OrgId = None,
     syndrome: SyndromeCode = None,
 ) -> Any:
-    start, end = _range(date_from, date_to, 28)
+    start, end = date_range(date_from, date_to, 28)
     wanted = _syndrome_filter(syndrome)
     counts, facilities = await _counts(ctx, org_id, start, end)
     known = syndromes()
@@ -167,7 +154,7 @@ async def alerts(
     method: Annotated[Literal["C1", "C2", "C3"] | None, Query()] = None,
     signals_only: Annotated[bool, Query(description="Only the days that signal")] = True,
 ) -> Any:
-    start, end = _range(date_from, date_to, 7)
+    start, end = date_range(date_from, date_to, 7)
     wanted = _syndrome_filter(syndrome)
     parameters = ears_parameters()
     history = ears.history_needed(parameters)
@@ -204,7 +191,7 @@ async def export_to_hmis(body: SurveillanceExport, ctx: ApiContext = Depends(api
     period = body.period or last_complete_week()
     monday, sunday = week_days(period)
     org_unit = await org_unit_of(ctx, facility)
-    counts = await daily_counts(ctx, monday, sunday, owned_by(facility))
+    counts = await daily_counts(ctx, monday, sunday, facility)
     m = mapping(ctx)
     values = DataValueSet(dataSet=m.syndromes_data_set, period=period, orgUnit=org_unit,
                           dataValues=[DataValue(

@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from functools import cache
 from typing import Any
 
 from fhir_server.ownership import owner_labels
 from platform_api.facade import ApiContext
 from platform_api.public_health.knowledge import Sign, negations, signs, syndromes
+from platform_api.public_health.reporting import owned_by, search_days
 from platform_api.sessions.common import local_id
 
 JSON = dict[str, Any]
@@ -153,10 +154,14 @@ def day_of(encounter: JSON) -> date | None:
         return None
 
 
-def facility_of(encounter: JSON) -> str | None:
-    owners = sorted(owner_labels(encounter))
-    return owners[0] if owners else local_id(encounter.get("serviceProvider"),
-                                             "Organization")
+def facility_of(encounter: JSON, asked: str | None = None) -> str | None:
+    """The facility an encounter counts for: the one asked about when it owns the
+    encounter, else its first owner, else its ``serviceProvider``."""
+    owners = owner_labels(encounter)
+    if asked in owners:
+        return asked
+    return min(owners) if owners else local_id(encounter.get("serviceProvider"),
+                                               "Organization")
 
 
 @dataclass
@@ -176,12 +181,13 @@ class DailyCounts:
         return self.counts.get((facility, syndrome)) or [0] * self.days
 
 
-async def daily_counts(ctx: ApiContext, start: date, end: date,
-                       criteria: list[tuple[str, str]]) -> DailyCounts:
-    found = await ctx.fhir.search("Encounter", [
-        ("date", f"ge{start.isoformat()}"), ("date", f"lt{(end + timedelta(days=1))}"),
+async def daily_counts(ctx: ApiContext, start: date, end: date, facility: str | None
+                       ) -> DailyCounts:
+    """The counts of ``facility``'s encounters (None: of every encounter the caller may
+    see, per facility)."""
+    found = await search_days(ctx, "Encounter", "date", start, end, [
         ("_revinclude", "Condition:encounter"), ("_revinclude", "Observation:encounter"),
-        ("_include", "Encounter:diagnosis"), *criteria], included=True)
+        ("_include", "Encounter:diagnosis"), *owned_by(facility)])
     by_id = {(r["resourceType"], r["id"]): r for r in found}
     related: dict[str, dict[str, list[JSON]]] = defaultdict(
         lambda: {"Condition": [], "Observation": []})
@@ -193,10 +199,10 @@ async def daily_counts(ctx: ApiContext, start: date, end: date,
     result = DailyCounts(start, end)
     for (kind, encounter_id), encounter in by_id.items():
         day = day_of(encounter) if kind == "Encounter" else None
-        facility = facility_of(encounter) if day else None
-        if day is None or facility is None or not start <= day <= end:
+        counted = facility_of(encounter, facility) if day else None
+        if day is None or counted is None or not start <= day <= end:
             continue
-        result.facilities.add(facility)
+        result.facilities.add(counted)
         conditions = list(related[encounter_id]["Condition"])
         seen = {c["id"] for c in conditions}
         for diagnosis in encounter.get("diagnosis") or []:
@@ -206,6 +212,6 @@ async def daily_counts(ctx: ApiContext, start: date, end: date,
                 conditions.append(linked)
         findings = findings_of(encounter, conditions, related[encounter_id]["Observation"])
         for syndrome in syndromes_of(findings):
-            series = result.counts.setdefault((facility, syndrome), [0] * result.days)
+            series = result.counts.setdefault((counted, syndrome), [0] * result.days)
             series[(day - start).days] += 1
     return result

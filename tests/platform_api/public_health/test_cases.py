@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.platform_api.public_health.helpers import Clinic, data, days_ago, refusal, report
 
 
@@ -118,3 +120,33 @@ async def test_the_facility_is_the_patients_organization_or_one_named(clinic: Cl
         == 403
     assert refusal(await report(clinic, who="doctor", facility_id="no-such-org")) == (
         404, "NOT_FOUND")
+
+
+async def test_identical_reports_at_the_same_moment_are_one_case(clinic: Clinic):
+    answers = await asyncio.gather(*(report(clinic, onset_date=days_ago(3))
+                                     for _ in range(3)))
+    assert sorted(a.status_code for a in answers) == [200, 200, 201], [
+        a.text for a in answers]
+    assert len({a.json()["data"]["id"] for a in answers}) == 1
+    listed = (await clinic.get("doctor", "/fhir/Condition",
+                               patient=f"Patient/{clinic.patient_id}")).json()
+    assert listed["total"] == 1
+
+
+async def test_another_clinic_reports_with_the_patients_consent(clinic: Clinic):
+    assert refusal(await report(clinic, who="other_admin"))[0] == 403
+    consent = await clinic.client.post("/fhir/Consent", headers=clinic.h("admin"), json={
+        "resourceType": "Consent", "status": "active",
+        "scope": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/consentscope",
+                              "code": "patient-privacy"}]},
+        "category": [{"coding": [{"system": "http://loinc.org", "code": "59284-0"}]}],
+        "patient": {"reference": f"Patient/{clinic.patient_id}"},
+        "policyRule": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+                                   "code": "OPTIN"}]},
+        "provision": {"type": "permit", "actor": [{
+            "role": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-RoleClass",
+                                 "code": "PROV"}]},
+            "reference": {"reference": f"Organization/{clinic.other_org_id}"}}]}})
+    assert consent.status_code == 201, consent.text
+    case = data(await report(clinic, who="other_admin"), 201)
+    assert case["facility_id"] == clinic.other_org_id  # the reporting clinic's case

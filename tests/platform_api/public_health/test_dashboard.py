@@ -92,3 +92,33 @@ async def test_only_platform_administrators_and_bad_filters(clinic: Clinic):
                                     **params)
         assert refusal(response) == (422, "VALIDATION_ERROR"), params
         assert response.json()["error"]["field"] == field, params
+
+
+async def test_a_question_past_the_search_limit_is_split_or_refused(clinic: Clinic,
+                                                                    monkeypatch):
+    from platform_api.public_health import reporting
+
+    await _cases(clinic)
+    # Kibera's three counted cases span three days: the whole range fills a search of 4
+    # (3 conditions and the patient they include), each half does not
+    monkeypatch.setattr(reporting, "MAX_SEARCH_RESULTS", 4)
+    view = data(await clinic.get("platform_admin", "/api/public-health/dashboard",
+                                 org_id=clinic.org_id))
+    assert view["total"] == 3
+    monkeypatch.setattr(reporting, "MAX_SEARCH_RESULTS", 2)  # one day fills it
+    response = await clinic.get("platform_admin", "/api/public-health/dashboard")
+    assert refusal(response) == (422, "TOO_MANY_RECORDS")
+    assert response.json()["error"]["field"] == "org_id"
+
+
+async def test_a_notifiable_case_written_on_fhir_with_icd10_counts(clinic: Clinic):
+    response = await clinic.client.post("/fhir/Condition", headers=clinic.h("doctor"), json={
+        "resourceType": "Condition",
+        "category": [{"coding": [{"system": "urn:healthplatform:condition-category",
+                                  "code": "notifiable-case"}]}],
+        "code": {"coding": [{"system": "http://hl7.org/fhir/sid/icd-10", "code": "B05.9"}]},
+        "subject": {"reference": f"Patient/{clinic.patient_id}"},
+        "onsetDateTime": days_ago(2)})
+    assert response.status_code == 201, response.text
+    view = data(await clinic.get("platform_admin", "/api/public-health/dashboard"))
+    assert _by(view["by_disease"]) == {"measles": (1, 0)}

@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from platform_api.public_health.dhis2 import Dhis2Client, HmisError
 from platform_api.public_health.reporting import last_complete_week
 from tests.conftest import make_settings
-from tests.platform_api.public_health.dhis2_standin import Dhis2StandIn
+from tests.platform_api.public_health.conftest import free_port
 from tests.platform_api.public_health.helpers import (
     Clinic,
     data,
@@ -27,32 +24,6 @@ from tests.platform_api.public_health.helpers import (
 
 PERIOD = last_complete_week()
 MONDAY = date.fromisocalendar(int(PERIOD[:4]), int(PERIOD[5:]), 1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-async def dhis2() -> AsyncIterator[tuple[Dhis2StandIn, str]]:
-    stand_in = Dhis2StandIn()
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-def settings(tmp_path: Path, dhis2: tuple[Dhis2StandIn, str]) -> Any:
-    stand_in, url = dhis2
-    return make_settings(tmp_path, hmis_url=url, hmis_username=stand_in.username,
-                         hmis_password=stand_in.password)
 
 
 async def _week_of_cases(clinic: Clinic) -> None:
@@ -179,6 +150,14 @@ async def test_the_client_signs_in_with_a_token_and_reads_both_summary_shapes(dh
     stand_in.legacy = True
     summary = await Dhis2Client(url, token=stand_in.token).import_data_values(values)
     assert summary.import_count["updated"] == 1
+    stand_in.legacy = False
+    mixed = {**values, "dataValues": [*values["dataValues"], {
+        **values["dataValues"][0], "orgUnit": "KEnowhere01"}]}
+    summary = await Dhis2Client(url, token=stand_in.token).import_data_values(mixed)
+    assert summary.status == "WARNING"  # DHIS2 answers it with HTTP 409
+    assert summary.import_count["updated"] == 1 and summary.import_count["ignored"] == 1
+    assert summary.conflicts == [{"object": "KEnowhere01",
+                                  "value": "Org unit not found or not accessible"}]
     with pytest.raises(HmisError) as refused:
         await Dhis2Client(url, token="d2pat_wrong").import_data_values(values)
     assert refused.value.code == "HMIS_AUTH_FAILED" and "d2pat" not in refused.value.message
@@ -186,7 +165,10 @@ async def test_the_client_signs_in_with_a_token_and_reads_both_summary_shapes(dh
         await Dhis2Client(url, "hmis-reporter", "wrong").import_data_values(values)
     assert refused.value.code == "HMIS_AUTH_FAILED"
     with pytest.raises(HmisError) as refused:
-        await Dhis2Client(f"http://127.0.0.1:{_free_port()}").import_data_values(values)
+        await Dhis2Client(url + "/dhis", token=stand_in.token).import_data_values(values)
+    assert refused.value.code == "HMIS_REJECTED" and "404" in refused.value.message
+    with pytest.raises(HmisError) as refused:
+        await Dhis2Client(f"http://127.0.0.1:{free_port()}").import_data_values(values)
     assert refused.value.code == "HMIS_UNREACHABLE"
 
 
@@ -194,3 +176,46 @@ def test_no_hmis_configured_is_said(tmp_path: Path):
     with pytest.raises(HmisError) as refused:
         Dhis2Client.from_settings(make_settings(tmp_path))
     assert refused.value.code == "HMIS_NOT_CONFIGURED"
+
+
+def test_a_mapping_that_does_not_fit_stops_the_app(tmp_path: Path):
+    import json
+
+    from platform_api.app import create_app
+    from platform_api.public_health.knowledge import DATA
+
+    mapping = json.loads((DATA / "hmis_mapping.json").read_text())
+    mapping["cases"]["data_elements"]["common-cold"] = {"cases": "XXcoldCases",
+                                                       "deaths": "XXcoldDeath"}
+    path = tmp_path / "mapping.json"
+    path.write_text(json.dumps(mapping))
+    with pytest.raises(ValueError, match="common-cold"):
+        create_app(make_settings(tmp_path, hmis_mapping_file=str(path)))
+    own = tmp_path / "own.json"
+    del mapping["cases"]["data_elements"]["common-cold"]
+    mapping["cases"]["data_elements"]["cholera"]["cases"] = "KEcholera01"
+    own.write_text(json.dumps(mapping))
+    create_app(make_settings(tmp_path, hmis_mapping_file=str(own)))
+
+
+async def test_a_push_without_an_hmis_configured_is_503(tmp_path: Path):
+    import httpx
+    from asgi_lifespan import LifespanManager
+
+    from platform_api.app import create_app
+    from tests.conftest import make_clinic_admin
+
+    app = create_app(make_settings(tmp_path))
+    async with LifespanManager(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            founder = await make_clinic_admin(client)
+            organization = (await client.get(f"/fhir/Organization/{founder['org_id']}",
+                                             headers=founder["headers"])).json()
+            organization["identifier"] = [{"system": "urn:healthplatform:hmis-org-unit",
+                                           "value": "KEkibera001"}]
+            await client.put(f"/fhir/Organization/{founder['org_id']}",
+                             headers=founder["headers"], json=organization)
+            response = await client.post("/api/public-health/hmis-push",
+                                         headers=founder["headers"], json={"period": PERIOD})
+    assert refusal(response) == (503, "HMIS_NOT_CONFIGURED")

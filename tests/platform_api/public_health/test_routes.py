@@ -3,17 +3,12 @@ served, documented with named models, and refused without credentials."""
 
 from __future__ import annotations
 
-import re
-
 from platform_api.access_rules import OPERATIONS
+from tests.platform_api.patients.test_routes import template
 
 OURS = ("/api/public-health/", "/api/surveillance/")
 OPERATIONS_OF_AREA = [op for op in OPERATIONS["Clinical decision support"]
                       if op[1].startswith(OURS)]
-
-
-def template(path: str) -> str:
-    return re.sub(r"\{[^}]+\}|:\w+", "{}", path)
 
 
 async def test_every_operation_of_the_area_is_served_and_documented(client):

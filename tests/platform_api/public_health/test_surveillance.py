@@ -3,18 +3,10 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-from aiohttp import web
-
 from platform_api.public_health.reporting import last_complete_week
-from tests.conftest import make_settings
-from tests.platform_api.public_health.dhis2_standin import Dhis2StandIn
 from tests.platform_api.public_health.helpers import (
     Clinic,
     data,
@@ -25,27 +17,6 @@ from tests.platform_api.public_health.helpers import (
 )
 
 ICD10 = "http://hl7.org/fhir/sid/icd-10"
-
-
-@pytest.fixture
-async def dhis2() -> AsyncIterator[tuple[Dhis2StandIn, str]]:
-    stand_in = Dhis2StandIn()
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-def settings(tmp_path: Path, dhis2: tuple[Dhis2StandIn, str]) -> Any:
-    stand_in, url = dhis2
-    return make_settings(tmp_path, hmis_url=url, hmis_token=stand_in.token)
 
 
 async def visit(clinic: Clinic, patient_id: str, day: str, reason: str | None = None, *,
