@@ -44,7 +44,15 @@ from pydantic import BaseModel, Field, ValidationError
 from fhir_server.access import UPDATE
 from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels
-from platform_api.envelope import ApiError, Envelope, conflict, created, forbidden
+from platform_api.envelope import (
+    ApiError,
+    Envelope,
+    ErrorEnvelope,
+    conflict,
+    created,
+    forbidden,
+    ok,
+)
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -52,6 +60,7 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
     api_context,
+    conflict_responses,
     require_member,
     require_patient,
     staged_body,
@@ -92,6 +101,13 @@ Stage = Literal["draft", "submitted", "adjudicated", "rejected", "partially-paid
                 "cancelled"]
 FHIR_STATUS = {"draft": "draft", "cancelled": "cancelled"}  # every other stage: active
 NOT_EDITABLE = {"CLAIM_NOT_EDITABLE": "the claim is no longer a draft"}
+# How the routes that call a payer document its failures (OpenAPI).
+PAYER_FAILURES: dict[int | str, dict[str, Any]] = {
+    502: {"model": ErrorEnvelope, "description": "PAYER_UNAVAILABLE (the payer could not "
+          "be reached or failed), PAYER_REFUSED (it refused, or answered an invalid "
+          "resource): nothing was recorded"},
+    504: {"model": ErrorEnvelope, "description": "PAYER_TIMEOUT: the payer did not answer "
+          "in time; nothing was recorded, send again"}}
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -426,11 +442,16 @@ def _may_write(ctx: ApiContext, claim: JSON) -> None:
         raise forbidden("You may not send this organization's claims")
 
 
-@claims.route("POST", "/{resource_id}/submit", conflicts={
-    "INVALID_TRANSITION": "the claim is not a draft"},
-    summary="Send a draft claim to its payer; its decision (and payment) is recorded")
-async def submit_claim(ctx: ItemContext[Any]) -> JSON:
-    claim = ctx.resource
+# Not a ``claims.route``: that one runs a load-change-save again when the claim changed
+# meanwhile, which here would send the claim to the payer a second time.
+@router.post(PREFIX + "/{claim_id}/submit", response_model=Envelope[RcmClaimView],
+             responses={**conflict_responses({"INVALID_TRANSITION": "the claim is not a "
+                                                                    "draft"}),
+                        **PAYER_FAILURES},
+             summary="Send a draft claim to its payer; its decision (and payment) is "
+                     "recorded")
+async def submit_claim(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
+    claim = await claims.load(ctx, claim_id)
     CLAIM_STATUS.check(stage_of(claim), "submitted")
     _may_write(ctx, claim)
     coverage = await coverage_of(ctx, claim)
@@ -450,13 +471,14 @@ async def submit_claim(ctx: ItemContext[Any]) -> JSON:
                 "approved": amount_text(total_of(response, "benefit")),
                 "paid": amount_text(paid_of(response))}), source_service=SOURCE)
         await unit.commit()
-    return staged_body(saved)
+    return ok(rcm_claim_view(staged_body(saved), staged_body(staged)))
 
 
 # -- pre-authorization and eligibility ------------------------------------------------------------
 @router.post(PREFIX + "/{claim_id}/preauth", status_code=201,
              response_model=Envelope[PreauthView],
-             responses={409: {"description": "CLAIM_NOT_EDITABLE: the claim was sent"}},
+             responses={**conflict_responses({"CLAIM_NOT_EDITABLE": "the claim was sent"}),
+                        **PAYER_FAILURES},
              summary="Ask the payer to pre-authorize a draft claim's services")
 async def preauthorize(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
     claim = await claims.load(ctx, claim_id)
@@ -534,6 +556,9 @@ def eligibility_view(response: JSON, request_id: str, claim_id: str) -> JSON:
 
 @router.post(PREFIX + "/{claim_id}/eligibility", status_code=201,
              response_model=Envelope[EligibilityView],
+             responses={**conflict_responses({"CLAIM_NOT_EDITABLE": "the claim was "
+                                                                    "cancelled"}),
+                        **PAYER_FAILURES},
              summary="Ask the payer whether the claim's coverage is in force for its "
                      "services, and what it allows")
 async def check_eligibility(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
