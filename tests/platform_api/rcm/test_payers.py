@@ -38,9 +38,9 @@ COVERAGE = {"resourceType": "Coverage", "id": "cov1", "subscriberId": "JUB-77"}
 
 def client(base: str, fmt: str = "own", key: str = KEY, timeout: float = 2.0) -> PayerClient:
     path = "/own" if fmt == "own" else "/fhir"
-    return PayerClient("jubilee-insurance", PayerConfig(
-        name="Jubilee Insurance", base_url=base + path, format=fmt,  # type: ignore[arg-type]
-        api_key=key, timeout_seconds=timeout))
+    return PayerClient("jubilee-insurance", PayerConfig.model_validate({
+        "name": "Jubilee Insurance", "base_url": base + path, "format": fmt, "api_key": key,
+        "timeout_seconds": timeout}))
 
 
 async def test_the_own_format_is_sent_and_read_back_as_a_claim_response(payer: Payer):
