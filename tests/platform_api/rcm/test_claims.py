@@ -64,6 +64,15 @@ async def test_a_draft_is_edited_and_its_total_recomputed(clinic: Clinic):
         403, "FORBIDDEN")
     got = data(await clinic.get("doctor", path))
     assert got["total"] == "12600.00"
+    moved = data(await put(clinic, "billing", path, {"insurer": "Jubilee Insurance",
+                                                     "policy_number": "JUB-77"}))
+    assert moved["insurer"] == "Jubilee Insurance" and moved["total"] == "12600.00"
+    assert moved["coverage_id"] != claim["coverage_id"]
+    coverage = (await clinic.get("billing", f"/fhir/Coverage/{moved['coverage_id']}")).json()
+    assert coverage["subscriberId"] == "JUB-77"
+    bad = await put(clinic, "billing", path, {"items": []})
+    assert refusal(bad) == (422, "VALIDATION_ERROR") and bad.json()["error"]["field"] == \
+        "items"
 
 
 async def test_an_approved_claim_is_adjudicated_and_paid_over_fhir(clinic: Clinic,
