@@ -7,7 +7,8 @@ in this process (``POST /Claim/$submit``: everything approved and paid). A clini
 administrator registers ``--patients`` patients; then, over loopback:
 
 - **draft**: ``--clients`` concurrent clients draft ``--claims`` claims (two lines each,
-  prices drawn around a mean, some duplicates): p50/p99, claims/s;
+  prices drawn around a mean; one in 40 priced six times higher, one in 50 with 100
+  units): p50/p99, claims/s;
 - **submit**: the same clients send them all to the payer: p50/p99, submissions/s, and
   how many ended ``paid`` (must be all);
 - **reports**: ``GET /api/rcm/claims/analytics/by-insurer``, ``/analytics/by-provider``,
@@ -131,7 +132,7 @@ async def setup(client: httpx.AsyncClient, patients: int
 
 def claim_body(org: str, patients: list[str], n: int) -> dict[str, Any]:
     rng = random.Random(n)
-    price = max(100.0, rng.gauss(1500, 150))
+    price = max(100.0, rng.gauss(1500, 150)) * (6 if n % 40 == 39 else 1)  # outliers
     return {"organization_id": org, "patient_id": rng.choice(patients), "insurer": "NHIF",
             "policy_number": f"NHIF-{n % 50:04d}", "currency": "KES",
             "diagnoses": [rng.choice(["B50.9", "J06.9", "A09", "I10", "E11.9"])],
@@ -139,7 +140,8 @@ def claim_body(org: str, patients: list[str], n: int) -> dict[str, Any]:
             "items": [{"description": "Outpatient consultation", "code": "CONSULT",
                        "unit_price": f"{price:.2f}"},
                       {"description": "Malaria RDT", "code": "RDT",
-                       "quantity": rng.choice([1, 2]), "unit_price": "175.25"}]}
+                       "quantity": 100 if n % 50 == 49 else rng.choice([1, 2]),
+                       "unit_price": "175.25"}]}
 
 
 async def drive(base: str, headers: dict[str, str], clients: int, jobs: list[Any],

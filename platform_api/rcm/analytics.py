@@ -29,7 +29,14 @@ from pydantic import BaseModel, Field
 from platform_api.envelope import Envelope, ok
 from platform_api.facade import ApiContext, api_context
 from platform_api.fhir_values import amount_text, decimal_of, local_id
-from platform_api.rcm.ledger import ClaimRecord, Payment, Period, claim_records, period
+from platform_api.rcm.ledger import (
+    ClaimRecord,
+    Payment,
+    Period,
+    claim_records,
+    every,
+    period,
+)
 from platform_api.rcm.payers import decision_of, total_of
 
 JSON = dict[str, Any]
@@ -205,8 +212,8 @@ def claim_reconciliation(record: ClaimRecord) -> JSON:
 
 async def invoice_reconciliations(ctx: ApiContext, when: Period,
                                   payments: list[Payment]) -> tuple[list[JSON], set[str]]:
-    invoices = await ctx.fhir.search("Invoice", [*when.criteria("date"),
-                                                 ("status", "issued,balanced")])
+    invoices = await every(ctx, "Invoice", [*when.criteria("date"),
+                                            ("status", "issued,balanced")])
     paid: dict[str, Decimal] = defaultdict(Decimal)
     for payment in payments:
         if (payment.target or "").startswith("Invoice/"):

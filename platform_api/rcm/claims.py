@@ -35,6 +35,8 @@ Events: ``platform.rcm.claim_created``, ``claim_submitted``, ``claim_adjudicated
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import date
 from typing import Annotated, Any, Literal
 
@@ -44,7 +46,15 @@ from pydantic import BaseModel, Field, ValidationError
 from fhir_server.access import UPDATE
 from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels
-from platform_api.envelope import ApiError, Envelope, conflict, created, forbidden
+from platform_api.envelope import (
+    ApiError,
+    Envelope,
+    ErrorEnvelope,
+    conflict,
+    created,
+    forbidden,
+    ok,
+)
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -52,6 +62,7 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
     api_context,
+    conflict_responses,
     require_member,
     require_patient,
     staged_body,
@@ -92,6 +103,13 @@ Stage = Literal["draft", "submitted", "adjudicated", "rejected", "partially-paid
                 "cancelled"]
 FHIR_STATUS = {"draft": "draft", "cancelled": "cancelled"}  # every other stage: active
 NOT_EDITABLE = {"CLAIM_NOT_EDITABLE": "the claim is no longer a draft"}
+# How the routes that call a payer document its failures (OpenAPI).
+PAYER_FAILURES: dict[int | str, dict[str, Any]] = {
+    502: {"model": ErrorEnvelope, "description": "PAYER_UNAVAILABLE (the payer could not "
+          "be reached or failed), PAYER_REFUSED (it refused, or answered an invalid "
+          "resource): nothing was recorded"},
+    504: {"model": ErrorEnvelope, "description": "PAYER_TIMEOUT: the payer did not answer "
+          "in time; nothing was recorded, send again"}}
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -420,22 +438,58 @@ def adjudicated(claim: JSON, response: JSON) -> JSON:
     return moved
 
 
-def _may_write(ctx: ApiContext, claim: JSON) -> None:
-    """Checked before anything is sent to the payer: the caller may change the claim."""
+@dataclass
+class PayerCall:
+    """A claim about to go to its payer: loaded for the caller, in a stage that allows the
+    call, the caller allowed to change it; with its coverage and its payer's client."""
+
+    claim: JSON
+    coverage: JSON
+    payer: PayerClient
+
+
+async def payer_call(ctx: ApiContext, claim_id: str, allowed: Callable[[str], None]
+                     ) -> PayerCall:
+    """Everything is checked before the payer is called (``allowed(stage)`` refuses)."""
+    claim = await claims.load(ctx, claim_id)
+    allowed(stage_of(claim))
     if not ctx.fhir.admitted(UPDATE, claim):
         raise forbidden("You may not send this organization's claims")
+    return PayerCall(claim, await coverage_of(ctx, claim), payer_of(ctx, claim))
 
 
-@claims.route("POST", "/{resource_id}/submit", conflicts={
-    "INVALID_TRANSITION": "the claim is not a draft"},
-    summary="Send a draft claim to its payer; its decision (and payment) is recorded")
-async def submit_claim(ctx: ItemContext[Any]) -> JSON:
-    claim = ctx.resource
-    CLAIM_STATUS.check(stage_of(claim), "submitted")
-    _may_write(ctx, claim)
-    coverage = await coverage_of(ctx, claim)
-    payer = payer_of(ctx, claim)
-    answer = await payer.submit(_for_payer(claim), coverage)
+def payer_route(action: str, view: type[BaseModel], *, summary: str,
+                conflicts: Mapping[str, str], status_code: int = 201
+                ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``POST /api/rcm/claims/{claim_id}/<action>``, documented with the payer's failures.
+    Not a ``claims.route``: that one runs a load-change-save again when the claim changed
+    meanwhile, which here would call the payer a second time."""
+    return router.post(PREFIX + "/{claim_id}/" + action, status_code=status_code,
+                       response_model=Envelope[view],  # type: ignore[valid-type]
+                       responses={**conflict_responses(conflicts), **PAYER_FAILURES},
+                       summary=summary)
+
+
+def _draft_only(stage: str) -> None:
+    if stage != "draft":
+        raise conflict("CLAIM_NOT_EDITABLE", "Pre-authorization is asked before the claim "
+                       "is sent")
+
+
+def _not_cancelled(stage: str) -> None:
+    if stage == "cancelled":
+        raise conflict("CLAIM_NOT_EDITABLE", "The claim was cancelled")
+
+
+@payer_route("submit", RcmClaimView, status_code=200,
+             conflicts={"INVALID_TRANSITION": "the claim is not a draft"},
+             summary="Send a draft claim to its payer; its decision (and payment) is "
+                     "recorded")
+async def submit_claim(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
+    call = await payer_call(ctx, claim_id, lambda stage: CLAIM_STATUS.check(stage,
+                                                                             "submitted"))
+    claim, payer = call.claim, call.payer
+    answer = await payer.submit(_for_payer(claim), call.coverage)
     response = checked(_response_for(answer, claim), "ClaimResponse", payer.config.name)
     submitted = move(claim, "submitted")
     final = adjudicated(submitted, response)
@@ -450,21 +504,15 @@ async def submit_claim(ctx: ItemContext[Any]) -> JSON:
                 "approved": amount_text(total_of(response, "benefit")),
                 "paid": amount_text(paid_of(response))}), source_service=SOURCE)
         await unit.commit()
-    return staged_body(saved)
+    return ok(rcm_claim_view(staged_body(saved), staged_body(staged)))
 
 
 # -- pre-authorization and eligibility ------------------------------------------------------------
-@router.post(PREFIX + "/{claim_id}/preauth", status_code=201,
-             response_model=Envelope[PreauthView],
-             responses={409: {"description": "CLAIM_NOT_EDITABLE: the claim was sent"}},
+@payer_route("preauth", PreauthView, conflicts={"CLAIM_NOT_EDITABLE": "the claim was sent"},
              summary="Ask the payer to pre-authorize a draft claim's services")
 async def preauthorize(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
-    claim = await claims.load(ctx, claim_id)
-    if stage_of(claim) != "draft":
-        raise conflict("CLAIM_NOT_EDITABLE", "Pre-authorization is asked before the claim "
-                       "is sent")
-    _may_write(ctx, claim)
-    coverage = await coverage_of(ctx, claim)
+    call = await payer_call(ctx, claim_id, _draft_only)
+    claim, payer = call.claim, call.payer
     preauth = {k: v for k, v in claim.items() if k not in ("id", "meta")}
     preauth.update(use="preauthorization", status="active", created=now_instant(),
                    identifier=[{"system": (claim.get("identifier") or [{}])[0].get(
@@ -472,8 +520,7 @@ async def preauthorize(claim_id: str, ctx: ApiContext = Depends(api_context)) ->
                        "value": f"PA-{uuid.uuid4().hex[:10].upper()}"}],
                    related=[{"claim": {"reference": f"Claim/{claim['id']}"}}],
                    meta={"security": claim["meta"].get("security", [])})
-    payer = payer_of(ctx, claim)
-    answer = await payer.submit(preauth, coverage)
+    answer = await payer.submit(preauth, call.coverage)
     unit = ctx.unit()
     async with unit:
         staged_claim = await unit.create(preauth, expected_type="Claim")
@@ -532,19 +579,15 @@ def eligibility_view(response: JSON, request_id: str, claim_id: str) -> JSON:
         "checked_at": response.get("created")}).model_dump()
 
 
-@router.post(PREFIX + "/{claim_id}/eligibility", status_code=201,
-             response_model=Envelope[EligibilityView],
+@payer_route("eligibility", EligibilityView,
+             conflicts={"CLAIM_NOT_EDITABLE": "the claim was cancelled"},
              summary="Ask the payer whether the claim's coverage is in force for its "
                      "services, and what it allows")
 async def check_eligibility(claim_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
-    claim = await claims.load(ctx, claim_id)
-    if stage_of(claim) == "cancelled":
-        raise conflict("CLAIM_NOT_EDITABLE", "The claim was cancelled")
-    _may_write(ctx, claim)
-    coverage = await coverage_of(ctx, claim)
+    call = await payer_call(ctx, claim_id, _not_cancelled)
+    claim, coverage, payer = call.claim, call.coverage, call.payer
     request = eligibility_request(claim, coverage)
     request_id = str(uuid.uuid4())
-    payer = payer_of(ctx, claim)
     answer = await payer.eligibility(
         {**{k: v for k, v in request.items() if k != "meta"}, "id": request_id}, coverage)
     unit = ctx.unit()

@@ -8,8 +8,7 @@ Rules (data below where the rule is a table):
 - ``service_after_death`` / ``service_before_birth``: the service date is after the
   patient's ``deceasedDateTime`` or before their ``birthDate``;
 - ``impossible_quantity``: a line with more units than ``HEALTHPLATFORM_RCM_FRAUD_MAX_
-  QUANTITY`` (default 60), or a fraction of a unit billed per whole unit (e.g. 2.5 visits:
-  the code system's services are counted, so its quantities are whole);
+  QUANTITY`` (default 60; none or fewer is refused when the claim is written);
 - ``sex_inconsistent`` / ``age_inconsistent``: an ICD-10 diagnosis of a chapter block
   restricted to one sex, or to an age range, for a patient outside it (``SEX_SPECIFIC``,
   ``AGE_SPECIFIC``: ICD-10 chapters XV, XIV, II);
@@ -151,11 +150,6 @@ def quantities(world: Context) -> Iterator[JSON]:
                             f"of {service} on one line (at most {world.max_quantity})",
                             service=service, quantity=str(quantity.normalize()),
                             limit=world.max_quantity, line=item.get("sequence"))
-            elif quantity != quantity.to_integral_value():
-                yield _flag("impossible_quantity", claim, f"{quantity.normalize()} units "
-                            f"of {service}: services are counted in whole units",
-                            service=service, quantity=str(quantity.normalize()),
-                            line=item.get("sequence"))
 
 
 def _in_block(code: str, first: str, last: str) -> bool:

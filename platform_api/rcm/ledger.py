@@ -5,6 +5,8 @@ them, found with a few FHIR searches (no per-claim question).
 A payment names what it pays in ``detail[].request`` (``Claim/<id>`` or ``Invoice/<id>``);
 R4 has no search parameter on it, so the period's PaymentReconciliations are read and
 matched here. A claim's payments are its ClaimResponse's ``payment`` and those details.
+A period holding more than a search answers (10,000 of a type) is refused (422
+``PERIOD_TOO_LARGE``) rather than reported on in part.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from fastapi import Query
 
 from fhir_server.ownership import OWNER_SYSTEM
+from fhir_server.service import MAX_SEARCH_RESULTS
 from platform_api.envelope import ApiError
 from platform_api.facade import ApiContext, require_member
 from platform_api.fhir_values import decimal_of, local_id
@@ -103,11 +106,22 @@ class ClaimRecord:
         return dates[0] if dates else None
 
 
+async def every(ctx: ApiContext, resource_type: str, params: list[tuple[str, str]]
+                ) -> list[JSON]:
+    """Every match, or a refusal: a report over a cut list would be wrong without saying."""
+    found = await ctx.fhir.search(resource_type, params)
+    if len(found) >= MAX_SEARCH_RESULTS:
+        raise ApiError(422, "PERIOD_TOO_LARGE", f"More than {MAX_SEARCH_RESULTS} "
+                       f"{resource_type} resources in the period: narrow it (from, to, "
+                       "organization_id)", field="from")
+    return found
+
+
 async def claims_of_period(ctx: ApiContext, when: Period) -> list[JSON]:
     if when.organization_id:
         await require_member(ctx, when.organization_id)
-    return await ctx.fhir.search("Claim", [("use", "claim"), *when.criteria("created"),
-                                           ("_sort", "created")])
+    return await every(ctx, "Claim", [("use", "claim"), *when.criteria("created"),
+                                      ("_sort", "created")])
 
 
 async def latest_responses(ctx: ApiContext, claim_ids: list[str]) -> dict[str, JSON]:
@@ -154,7 +168,7 @@ def response_payment(response: JSON) -> Payment | None:
 
 
 async def payments_of_period(ctx: ApiContext, when: Period) -> list[Payment]:
-    found = await ctx.fhir.search("PaymentReconciliation", [*when.criteria("created")])
+    found = await every(ctx, "PaymentReconciliation", [*when.criteria("created")])
     return reconciliation_payments(found)
 
 

@@ -4,6 +4,7 @@ out), eligibility and pre-authorization, cancellation, and who may do what."""
 
 from __future__ import annotations
 
+from tests.conftest import register_and_login
 from tests.platform_api.clinic import Clinic, refusal
 from tests.platform_api.rcm.conftest import data, draft, put
 from tests.platform_api.rcm.payer_standin import PayerStandIn
@@ -63,6 +64,15 @@ async def test_a_draft_is_edited_and_its_total_recomputed(clinic: Clinic):
         403, "FORBIDDEN")
     got = data(await clinic.get("doctor", path))
     assert got["total"] == "12600.00"
+    moved = data(await put(clinic, "billing", path, {"insurer": "Jubilee Insurance",
+                                                     "policy_number": "JUB-77"}))
+    assert moved["insurer"] == "Jubilee Insurance" and moved["total"] == "12600.00"
+    assert moved["coverage_id"] != claim["coverage_id"]
+    coverage = (await clinic.get("billing", f"/fhir/Coverage/{moved['coverage_id']}")).json()
+    assert coverage["subscriberId"] == "JUB-77"
+    bad = await put(clinic, "billing", path, {"items": []})
+    assert refusal(bad) == (422, "VALIDATION_ERROR") and bad.json()["error"]["field"] == \
+        "items"
 
 
 async def test_an_approved_claim_is_adjudicated_and_paid_over_fhir(clinic: Clinic,
@@ -255,3 +265,22 @@ async def test_lists_show_what_the_caller_may_see(clinic: Clinic):
     by_patient = data(await clinic.get("doctor", "/api/rcm/claims",
                                        patient_id=clinic.patient_id))
     assert [c["id"] for c in by_patient] == [first["id"]]
+
+
+async def test_a_patient_reads_their_own_claims_and_nobody_elses(clinic: Clinic):
+    person = await register_and_login(clinic.client, first_name="Wanjiru", last_name="Kamau")
+    clinic.people["member"] = person
+    own = data(await clinic.post("member", "/api/patients", {
+        "first_name": "Wanjiru", "last_name": "Kamau", "date_of_birth": "1990-05-05",
+        "gender": "female"}), 201)
+    # a platform administrator files it for the clinic (the clinic cannot see her record)
+    theirs = data(await draft(clinic, who="platform_admin", patient_id=own["id"]), 201)
+    assert refusal(await draft(clinic, patient_id=own["id"]))[0] == 403
+    mine = data(await draft(clinic), 201)
+    listed = data(await clinic.get("member", "/api/rcm/claims"))
+    assert [c["id"] for c in listed] == [theirs["id"]]
+    assert data(await clinic.get("member", f"/api/rcm/claims/{theirs['id']}"))["total"] == \
+        "1850.50"
+    assert refusal(await clinic.get("member", f"/api/rcm/claims/{mine['id']}"))[0] == 403
+    assert refusal(await put(clinic, "member", f"/api/rcm/claims/{theirs['id']}",
+                             {"status": "cancelled"}))[0] == 403

@@ -159,3 +159,17 @@ async def test_fraud_flags_name_their_rule_and_evidence(clinic: Clinic):
     assert refusal(await clinic.get("billing", "/api/rcm/claims/fraud-flags",
                                     rule="astrology")) == (422, "VALIDATION_ERROR")
     assert data(await clinic.get("other_admin", "/api/rcm/claims/fraud-flags")) == []
+
+
+async def test_a_period_too_large_to_read_whole_is_refused(clinic: Clinic, monkeypatch):
+    from platform_api.rcm import ledger
+
+    for _ in range(2):
+        data(await draft(clinic), 201)
+    monkeypatch.setattr(ledger, "MAX_SEARCH_RESULTS", 2)
+    for report in ("analytics/by-insurer", "fraud-flags", "reconciliation"):
+        refused = await clinic.get("billing", f"/api/rcm/claims/{report}")
+        assert refusal(refused) == (422, "PERIOD_TOO_LARGE"), report
+        assert refused.json()["error"]["field"] == "from"
+    assert data(await clinic.get("billing", "/api/rcm/claims/analytics/by-insurer",
+                                 **{"from": "2030-01-01"}))["groups"] == []
