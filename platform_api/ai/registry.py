@@ -44,7 +44,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from pydantic import BaseModel, Field
 
 from fhir_server.ids import new_id
-from platform_api.envelope import ApiError, Envelope, conflict, created, ok
+from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, conflict, created, ok
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -259,12 +259,17 @@ models = Facade(resource="Device", name="AI model", create=ModelUpload, view=Mod
                 summaries={"list": "The model registry (filter by task, status)"})
 router = APIRouter(tags=["ai"])
 models.mount(router, "/api/ai/models", ops=("list",))
-_UPLOAD_CONFLICTS = {409: {"description": "MODEL_VERSION_EXISTS: this task already has "
-                                          "this version"}}
+_UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorEnvelope, "description": "The multipart form could not be read"},
+    409: {"model": ErrorEnvelope, "description": "MODEL_VERSION_EXISTS: this task already "
+                                                 "has this version"},
+    422: {"model": ErrorEnvelope, "description": "A field is missing or wrong (named in "
+                                                 "error.field); INVALID_MODEL, "
+                                                 "LABELS_MISMATCH, FEATURES_MISMATCH"}}
 
 
 @router.post("/api/ai/models", status_code=201, response_model=Envelope[ModelView],
-             responses=_UPLOAD_CONFLICTS,  # type: ignore[arg-type]
+             responses=_UPLOAD_RESPONSES,
              summary="Register an ONNX model version (platform administrators; "
                      "multipart/form-data with the file in the part 'file')")
 async def upload_model(
