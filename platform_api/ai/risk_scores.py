@@ -34,11 +34,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
-import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
@@ -48,6 +45,9 @@ from platform_api.ai.common import (
     InputUsed,
     Support,
     answered,
+    converted,
+    data_file,
+    instant,
     patient_for,
     require_clinician,
 )
@@ -65,10 +65,8 @@ RXNORM = "http://www.nlm.nih.gov/research/umls/rxnorm"
 NOT_RECORDED = "not recorded"
 
 
-@cache
 def knowledge() -> JSON:
-    return orjson.loads(resources.files("platform_api.ai.data")  # type: ignore[no-any-return]
-                        .joinpath("risk_knowledge.json").read_bytes())
+    return data_file("risk_knowledge.json")
 
 
 # --- the patient's record ---------------------------------------------------------------------
@@ -147,10 +145,9 @@ class Record:
             value, unit = quantity.get("value"), quantity.get("unit") or quantity.get("code")
             if not isinstance(value, int | float):
                 continue
-            factor = 1.0 if unit in (None, spec["unit"]) else (
-                spec.get("conversions") or {}).get(unit)
-            if factor is not None:
-                found.append(Reading(float(value) * factor, reference, when))
+            in_unit = converted(float(value), unit, spec)
+            if in_unit is not None:
+                found.append(Reading(in_unit, reference, when))
         return found
 
     def latest(self, key: str) -> Reading | None:
@@ -346,11 +343,8 @@ def labile_inr(record: Record, rules: JSON) -> tuple[bool, float] | None:
 
 
 def _after(text: str, moment: datetime) -> bool:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)) >= moment
+    when = instant(text)
+    return when is not None and when >= moment
 
 
 def framingham(record: Record) -> JSON:
