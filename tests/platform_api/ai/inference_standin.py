@@ -1,6 +1,6 @@
 """A local stand-in of a remote inference endpoint speaking both protocols the platform
 forwards to: KServe v2 (``/v2/models/{name}/infer``: it really computes, the sum and the
-maximum of each FP32 input) and an OpenAI-compatible chat completions API (it answers
+maximum of each numeric input, the length of each BYTES string) and an OpenAI-compatible chat completions API (it answers
 with the number of words it received). It checks the bearer key, keeps every request
 body it received, and can be told to be slow or to answer too much."""
 
@@ -43,6 +43,11 @@ class InferenceStandIn:
             return web.json_response({"error": f"Model {name} not found"}, status=404)
         outputs = []
         for tensor in body["inputs"]:
+            if tensor["datatype"] == "BYTES":  # text: the length of each string
+                outputs.append({"name": f"{tensor['name']}_lengths",
+                                "shape": [len(tensor["data"])], "datatype": "INT64",
+                                "data": [len(v) for v in tensor["data"]]})
+                continue
             numbers = [float(v) for v in tensor["data"]]
             outputs.append({"name": f"{tensor['name']}_sum_max", "shape": [2],
                             "datatype": "FP32", "data": [sum(numbers), max(numbers)]})

@@ -64,6 +64,15 @@ async def test_patient_identifiers_do_not_leave(clinic, app, stand_in):
         assert identifier not in sent
     assert "has fever and a cough for three days" in sent
     assert answer["redacted"] == 6 and answer["patient_identifiers_sent"] is False
+    # KServe v2 text inputs are scrubbed the same way
+    configure(app, ai_cloud_url=base, ai_cloud_protocol="kserve-v2")
+    notes = {"model": "sepsis-risk", "patient_id": clinic.patient_id, "inputs": [
+        {"name": "note", "shape": [1], "datatype": "BYTES",
+         "data": ["Odhiambo, Amina: fever 38.9"]}]}
+    scrubbed = data(await clinic.post("doctor", URL, notes))
+    assert remote.received[-1]["inputs"][0]["data"] == ["[redacted], [redacted]: fever 38.9"]
+    assert scrubbed["redacted"] == 2 and scrubbed["outputs"][0]["data"] == [34]
+    configure(app, ai_cloud_url=f"{base}/v1", ai_cloud_protocol="openai")
     assert clinic.patient_id not in str(remote.received)
     assert answer["message"].startswith("I read") and answer["model"] == "clinical-llm"
     # allowed by setting: sent as written

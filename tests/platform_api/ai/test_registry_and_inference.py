@@ -85,6 +85,10 @@ async def test_upload_refusals(clinic):
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "task"
     data(await upload(clinic, diagnosis_model()), 201)
     assert refusal(await upload(clinic, diagnosis_model())) == (409, "MODEL_VERSION_EXISTS")
+    assert refusal(await clinic.get("nurse", "/api/ai/models", status="retired")) == (
+        422, "VALIDATION_ERROR")
+    assert (await clinic.client.get("/api/ai/model-info?task=Not%20a%20task")).status_code \
+        == 422
 
 
 async def test_diagnosis_runs_the_active_model(clinic):
