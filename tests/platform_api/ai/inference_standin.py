@@ -1,8 +1,9 @@
 """A local stand-in of a remote inference endpoint speaking both protocols the platform
 forwards to: KServe v2 (``/v2/models/{name}/infer``: it really computes, the sum and the
-maximum of each numeric input, the length of each BYTES string) and an OpenAI-compatible chat completions API (it answers
-with the number of words it received). It checks the bearer key, keeps every request
-body it received, and can be told to be slow or to answer too much."""
+maximum of each numeric input, the length of each BYTES string) and an OpenAI-compatible
+chat completions API (it answers with the number of words it received). It checks the
+bearer key, keeps every request body it received, and can be told to be slow or to
+answer too much."""
 
 from __future__ import annotations
 
