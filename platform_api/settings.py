@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -295,8 +295,9 @@ class Settings(BaseSettings):
                                            "silent this long is listed as stale")
     ai_cloud_url: str = Field(default="", description="Base URL of the remote inference "
                               "endpoint (empty: cloud inference is not configured)")
-    ai_cloud_protocol: str = Field(default="kserve-v2", description="kserve-v2 (Open "
-                                   "Inference Protocol) | openai (chat completions)")
+    ai_cloud_protocol: Literal["kserve-v2", "openai"] = Field(
+        default="kserve-v2", description="kserve-v2 (Open Inference Protocol) | openai "
+        "(chat completions)")
     ai_cloud_api_key: str = ""
     ai_cloud_model: str = Field(default="", description="The model to call when a request "
                                 "names none")

@@ -15,11 +15,21 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.ai import inference, lab_interpretation, registry
+from platform_api.ai import (
+    cloud_inference,
+    devices,
+    inference,
+    lab_interpretation,
+    registry,
+    risk_scores,
+)
 
 router = APIRouter()
 router.include_router(lab_interpretation.router)
+router.include_router(risk_scores.router)
 router.include_router(registry.router)
 router.include_router(inference.router)
+router.include_router(devices.router)
+router.include_router(cloud_inference.router)
 
 __all__ = ["router"]

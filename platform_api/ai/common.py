@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, Field
 
 from fhir_server.ownership import owner_labels, with_owners
@@ -46,6 +49,35 @@ CLINICAL_ROLES = frozenset({ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_LAB})
 PATIENT_ID = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-.]{1,64}$")
 OPTIONAL_PATIENT_ID = Field(default=None, min_length=1, max_length=64,
                             pattern=r"^[A-Za-z0-9\-.]{1,64}$")
+
+
+@cache
+def data_file(name: str) -> JSON:
+    """A knowledge table of ``platform_api/ai/data`` (rules, code lists, coefficients)."""
+    return orjson.loads(resources.files("platform_api.ai.data")  # type: ignore[no-any-return]
+                        .joinpath(name).read_bytes())
+
+
+def converted(value: float, unit: str | None, entry: JSON) -> float | None:
+    """``value`` in the unit of a table ``entry`` (``unit``, ``conversions``: factors from
+    other units); None when the unit is unknown to it (never guessed)."""
+    unit = (unit or entry["unit"]).strip()
+    if unit == entry["unit"]:
+        return value
+    factor = (entry.get("conversions") or {}).get(unit)
+    return value * factor if factor is not None else None
+
+
+def instant(text: str | None) -> datetime | None:
+    """A FHIR dateTime as an aware datetime (UTC when it names no zone); None when absent
+    or not a full date and time."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class Basis(BaseModel):
@@ -137,4 +169,5 @@ async def answered(ctx: ApiContext, operation: str, answer: JSON, support: Suppo
 
 
 __all__ = ["DISCLAIMER", "GIVEN", "OPTIONAL_PATIENT_ID", "PATIENT_ID", "Basis", "InputUsed",
-           "Support", "answered", "patient_for", "record_call", "require_clinician"]
+           "Support", "answered", "converted", "data_file", "instant", "patient_for", "record_call",
+           "require_clinician"]

@@ -47,7 +47,7 @@ from platform_api.ai.common import (
     require_clinician,
 )
 from platform_api.ai.registry import active_model, model_bytes, model_view
-from platform_api.envelope import ApiError, Envelope, ok
+from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, ok
 from platform_api.facade import ApiContext, api_context
 from platform_api.services import Services
 
@@ -55,8 +55,9 @@ JSON = dict[str, Any]
 SESSIONS = "ai_inference_sessions"
 DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
           "tensor(int64)": np.int64, "tensor(int32)": np.int32}
-NO_MODEL = {409: {"description": "NO_ACTIVE_MODEL: no model is registered (active) for "
-                                 "the task"}}
+NO_MODEL: dict[int | str, dict[str, Any]] = {409: {
+    "model": ErrorEnvelope, "description": "NO_ACTIVE_MODEL: no model is registered (active) "
+                                           "for the task"}}
 
 
 # --- sessions --------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def feature_row(view: JSON, body: DiagnosisRequest, dtype: Any) -> tuple[np.ndar
 router = APIRouter(tags=["ai"])
 
 
-@router.post("/api/ai/diagnosis", response_model=Envelope[InferenceView], responses=NO_MODEL,  # type: ignore[arg-type]
+@router.post("/api/ai/diagnosis", response_model=Envelope[InferenceView], responses=NO_MODEL,
              summary="Differential diagnosis support: the active 'diagnosis' model on "
                      "posted clinical features")
 async def diagnosis(body: DiagnosisRequest, ctx: ApiContext = Depends(api_context)) -> Any:
@@ -254,7 +255,7 @@ def image_tensor(content: bytes, shape: list[Any], dtype: Any, max_pixels: int
 
 
 @router.post("/api/ai/cancer-detection", response_model=Envelope[InferenceView],
-             responses=NO_MODEL,  # type: ignore[arg-type]
+             responses=NO_MODEL,
              summary="Cancer detection support: the active 'cancer-detection' model on a "
                      "posted image")
 async def cancer_detection(body: CancerDetectionRequest,

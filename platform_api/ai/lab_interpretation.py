@@ -27,12 +27,10 @@ used. No previous creatinine: the KDIGO check is named in ``missing``, not guess
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cache
-from importlib import resources
 from typing import Any, Literal, NoReturn
 
-import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
@@ -43,6 +41,9 @@ from platform_api.ai.common import (
     InputUsed,
     Support,
     answered,
+    converted,
+    data_file,
+    instant,
     patient_for,
     require_clinician,
 )
@@ -56,24 +57,13 @@ RESULT_STATUSES = "final,amended,corrected,preliminary"
 PANEL_WINDOW = timedelta(hours=24)
 
 
-@cache
 def knowledge() -> JSON:
-    return orjson.loads(resources.files("platform_api.ai.data")  # type: ignore[no-any-return]
-                        .joinpath("lab_knowledge.json").read_bytes())
+    return data_file("lab_knowledge.json")
 
 
 @cache
 def analytes() -> dict[str, JSON]:
     return {entry["loinc"]: entry for entry in knowledge()["analytes"]}
-
-
-def converted(value: float, unit: str | None, entry: JSON) -> float | None:
-    """``value`` in the entry's unit (None when the unit is unknown to it)."""
-    unit = (unit or entry["unit"]).strip()
-    if unit == entry["unit"]:
-        return value
-    factor = (entry.get("conversions") or {}).get(unit)
-    return value * factor if factor is not None else None
 
 
 # --- one result -------------------------------------------------------------------------------
@@ -228,12 +218,12 @@ def kdigo_aki(current: Result, history: list[Result]) -> tuple[JSON | None, bool
     rules = knowledge()["kdigo"]
     entry = analytes()[current.code or ""]
     now = converted(current.value or 0.0, current.unit, entry)
-    moment = _instant(current.effective)
+    moment = instant(current.effective)
     if now is None or moment is None:
         return None, False
     earlier: list[tuple[datetime, float, Result]] = []
     for result in history:
-        when, other = _instant(result.effective), analytes().get(result.code or "")
+        when, other = instant(result.effective), analytes().get(result.code or "")
         value = converted(result.value, result.unit, other) if (
             other and result.value is not None) else None
         if when is not None and value is not None and timedelta(0) < moment - when \
@@ -259,16 +249,6 @@ def kdigo_aki(current: Result, history: list[Result]) -> tuple[JSON | None, bool
         suggestion=f"Meets the KDIGO creatinine criteria ({said}): review fluid status, "
                    "nephrotoxic drugs and urine output; repeat creatinine.",
         based_on="KDIGO AKI guideline 2012, creatinine criteria").model_dump(), True
-
-
-def _instant(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # --- reading the record --------------------------------------------------------------------------
@@ -303,7 +283,7 @@ async def _panel(ctx: ApiContext, patient_id: str, result_id: str) -> tuple[str,
                        f"{result_id}", field="lab_result_id")
     if local_id(observation.get("subject"), "Patient") != patient_id:
         _mismatch()
-    moment = _instant(result_of(observation).effective)
+    moment = instant(result_of(observation).effective)
     if moment is None:
         return "Observation", observation, [observation]
     nearby = await ctx.fhir.search("Observation", [
@@ -340,7 +320,7 @@ async def _previous(ctx: ApiContext, patient_id: str, result: Result) -> Result 
 
 async def _creatinine_history(ctx: ApiContext, patient_id: str, result: Result
                               ) -> list[Result]:
-    moment = _instant(result.effective)
+    moment = instant(result.effective)
     assert moment is not None
     codes = [f"{LOINC}|{code}" for code, e in analytes().items()
              if e["analyte"] == knowledge()["kdigo"]["analyte"]]

@@ -100,3 +100,27 @@ async def test_refusals(clinic):
     assert refusal(await clinic.post("doctor", URL, {"patient_id": other["id"],
                                                      "lab_result_id": hb["id"]})) == (
         422, "LAB_RESULT_PATIENT_MISMATCH")
+
+
+async def test_another_organization_interprets_with_the_patients_consent(clinic):
+    hb = await lab(clinic, "718-7", 10.2, "g/dL", hours_ago(2))
+    body = {"patient_id": clinic.patient_id, "lab_result_id": hb["id"]}
+    assert (await clinic.post("other_admin", URL, body)).status_code == 403
+    await write(clinic, {
+        "resourceType": "Consent", "status": "active",
+        "scope": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/consentscope",
+                              "code": "patient-privacy"}]},
+        "category": [{"coding": [{"system": "http://loinc.org", "code": "59284-0"}]}],
+        "patient": {"reference": f"Patient/{clinic.patient_id}"},
+        "provision": {"type": "permit", "actor": [{
+            "role": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-RoleClass",
+                                 "code": "PROV"}]},
+            "reference": {"reference": f"Organization/{clinic.other_org_id}"}}]}},
+        who="admin")
+    answer = data(await clinic.post("other_admin", URL, body))
+    assert answer["results"][0]["flag"] == "low"
+    # the trail belongs to the patient's organization, which reads who looked
+    event = data(await clinic.get("admin",
+                                  f"/api/clinical/audit/{answer['support']['audit_event_id']}"))
+    assert event["user_id"] == clinic.user_id("other_admin")
+    assert event["organization_ids"] == [clinic.org_id]

@@ -85,6 +85,10 @@ async def test_upload_refusals(clinic):
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "task"
     data(await upload(clinic, diagnosis_model()), 201)
     assert refusal(await upload(clinic, diagnosis_model())) == (409, "MODEL_VERSION_EXISTS")
+    assert refusal(await clinic.get("nurse", "/api/ai/models", status="retired")) == (
+        422, "VALIDATION_ERROR")
+    assert (await clinic.client.get("/api/ai/model-info?task=Not%20a%20task")).status_code \
+        == 422
 
 
 async def test_diagnosis_runs_the_active_model(clinic):
@@ -136,3 +140,22 @@ async def test_cancer_detection_runs_on_an_image(clinic):
         422, "INVALID_IMAGE")
     assert refusal(await clinic.post("doctor", "/api/ai/cancer-detection",
                                      {"image": "%%%not base64%%%"})) == (422, "INVALID_IMAGE")
+
+
+async def test_a_model_file_that_no_longer_matches_its_checksum_is_not_run(clinic, app):
+    model = data(await upload(clinic, diagnosis_model()), 201)
+    services = app.state.services
+    path = services.settings.data_dir / "blobs" / "ai-models" / model["id"] / "model.onnx"
+    path.write_bytes(diagnosis_model(outputs=1))  # replaced behind the registry's back
+    body = {"features": {"temperature": 39.5, "wbc": 4.0, "platelets": 90}}
+    assert refusal(await clinic.post("doctor", "/api/ai/diagnosis", body)) == (
+        409, "MODEL_FILE_CORRUPT")
+    path.unlink()
+    assert refusal(await clinic.post("doctor", "/api/ai/diagnosis", body)) == (
+        409, "MODEL_FILE_MISSING")
+
+
+async def test_a_model_larger_than_the_limit_is_refused(clinic, app):
+    app.state.services.settings.ai_model_max_bytes = 100
+    assert refusal(await upload(clinic, diagnosis_model())) == (413, "MODEL_TOO_LARGE")
+    assert data(await clinic.get("doctor", "/api/ai/models")) == []
