@@ -35,6 +35,7 @@ from platform_api import (
     doctors,
     health,
     labs,
+    mpi,
     organizations,
     patients,
     payments,
@@ -298,6 +299,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
+        mpi.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -353,6 +355,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(payments.router)
     app.include_router(sessions.router)
+    app.include_router(mpi.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
