@@ -30,6 +30,7 @@ from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_
 from platform_api import (
     admin,
     cds,
+    cross_border,
     dead_letters,
     developer_keys,
     doctors,
@@ -311,6 +312,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await cds_runtime.close()
             await payments.stop(services)
             await sessions_runtime.stop()
+            await cross_border.stop(services)
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -356,6 +358,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(payments.router)
     app.include_router(sessions.router)
     app.include_router(mpi.router)
+    app.include_router(cross_border.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
