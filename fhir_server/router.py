@@ -163,7 +163,7 @@ ROUTES: tuple[FhirRoute, ...] = (
     FhirRoute("GET", "/Patient/{patient_id}/$everything", "Patient/$everything", everything,
               errors=READ_ERRORS),
     FhirRoute("POST", "/Patient/$match", "Patient/$match (IHE PDQm ITI-119)", match,
-              body="validate", errors=(400, 406, 413, 415, 501)),
+              body="validate", errors=(400, 406, 413, 415)),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
               search_compartment, errors=READ_ERRORS),
     FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,
