@@ -59,7 +59,9 @@ def _arguments(body: Any) -> tuple[JSON, bool, int]:
     if not isinstance(body, dict) or body.get("resourceType") != "Parameters":
         raise FhirError.of(400, "invalid", "The body must be a Parameters resource with a "
                            "'resource' parameter holding a Patient")
-    resource, only_certain, count = None, False, 10
+    resource: Any = None
+    only_certain: Any = False
+    count: Any = 10
     for parameter in body.get("parameter") or []:
         if not isinstance(parameter, dict):
             continue
