@@ -36,7 +36,7 @@ from typing import Any
 
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
-from fhir_server.store import ConditionChanged, VersionConflict
+from fhir_server.store import ConditionChanged, DuplicateDocument, VersionConflict
 from platform_api.envelope import ApiError, conflict, not_found
 from platform_api.facade import StatusTable
 from platform_api.mpi.matching import Demographics, Model, PatientIndex, Scored, demographics
@@ -205,6 +205,8 @@ class Mpi:
                 await self.propose(golden, other, scored)
             except ApiError as refused:  # the other record changed meanwhile
                 log.info("MPI left %s / %s: %s", patient_id, scored.id, refused.message)
+            except DuplicateDocument:  # the other record's own comparison got there first
+                continue
 
     async def older_first(self, a: str, b: str) -> tuple[str, str]:
         """The pair with the record created first (the golden record to be) first: events

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from platform_api.access_rules import OPERATIONS
+from tests.hl7_gateway.messages import adt
 from tests.platform_api.clinic import Clinic, refusal
 from tests.platform_api.mpi.conftest import data, fhir_patient, register
 
@@ -197,3 +198,31 @@ async def test_links_refuse_unknown_patients_and_self_links(clinic: Clinic):
     response = await clinic.client.patch(f"/api/mpi/links/{unknown}/review",
                                          json={"decision": "maybe"}, headers=clinic.h(ADMIN))
     assert refusal(response) == (422, "VALIDATION_ERROR")
+
+
+async def test_patients_from_hl7_and_fhir_updates_are_compared_too(clinic: Clinic):
+    linked = clinic.recorded("platform.mpi.patients_linked")
+    registered = await register(clinic, first_name="Grace", last_name="Achieng",
+                                date_of_birth="1980-04-12", gender="female")
+    await clinic.drain()
+    response = await clinic.client.post(
+        "/api/lab/hl7-ingest", content=adt("A04", "REG-1"),
+        headers={**clinic.h(ADMIN), "Content-Type": "x-application/hl7-v2+er7"})
+    assert response.status_code == 200 and response.json()["data"]["ack_code"] == "AA"
+    await clinic.drain()
+    assert [(e["payload"]["golden_id"], e["payload"]["source"]) for e in linked] == [
+        (registered, "automatic")]
+    from_hl7 = linked[0]["payload"]["other_id"]
+    assert from_hl7 != registered
+    # a FHIR update that makes another record agree is compared when it is written
+    other = await fhir_patient(clinic, {"name": [{"family": "Mensah", "given": ["Kwame"]}],
+                                        "gender": "male"})
+    await clinic.drain()
+    assert len(linked) == 1
+    stored = (await clinic.client.get(f"/fhir/Patient/{other}", headers=clinic.h(ADMIN))).json()
+    response = await clinic.client.put(f"/fhir/Patient/{other}", headers=clinic.h(ADMIN), json={
+        **stored, "name": [{"family": "Achieng", "given": ["Grace"]}], "gender": "female",
+        "birthDate": "1980-04-12"})
+    assert response.status_code == 200, response.text
+    await clinic.drain()
+    assert [e["payload"]["other_id"] for e in linked[1:]] == [other]
