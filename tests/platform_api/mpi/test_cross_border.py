@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from platform_api.access_rules import OPERATIONS
 from platform_api.settings import Settings
 from tests.conftest import make_settings
 from tests.platform_api.clinic import Clinic, refusal
@@ -159,3 +160,12 @@ async def test_the_lookup_needs_credentials_and_a_sane_id(clinic: Clinic):
     assert refusal(response) == (422, "VALIDATION_ERROR")
     response = await clinic.get("doctor", url("bad id!"), country="KE")
     assert refusal(response) == (422, "VALIDATION_ERROR")
+
+
+async def test_the_lookup_is_served_and_documented_with_named_models(client):
+    spec = (await client.get("/openapi.json")).json()
+    operation = spec["paths"]["/api/fhir/cross-border/Patient/{national_id}"]["get"]
+    assert "$ref" in str(operation["responses"]["200"]["content"]["application/json"])
+    assert {"400", "502", "503", "504"} <= set(operation["responses"])
+    assert ("GET", "/api/fhir/cross-border/Patient/:national_id", "auth") in \
+        OPERATIONS["FHIR and SMART"]
