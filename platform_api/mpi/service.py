@@ -193,6 +193,9 @@ class Mpi:
             if await self.services.store.get_document(
                     MATCHES, pair_id(patient_id, scored.id)) is not None:
                 continue  # decided (or proposed) before: never again
+            if await self.system.find_json("Patient", scored.id) is None:
+                self.index.remove(scored.id)  # deleted through another process
+                continue
             certain = scored.probability >= self.settings.mpi_link_threshold
             golden, other = await self.older_first(scored.id, patient_id)
             try:

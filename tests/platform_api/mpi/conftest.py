@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from platform_api.settings import Settings
+from tests.conftest import make_settings
 from tests.platform_api.clinic import Clinic, clinic  # noqa: F401  (the fixture)
 
 JSON = dict[str, Any]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, mpi_auto_link=True)
 
 
 async def register(world: Clinic, org: str = "admin", **fields: Any) -> str:
