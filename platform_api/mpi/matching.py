@@ -10,8 +10,9 @@ Two records are compared field by field (:func:`compare`); each field lands on o
 *level* of :data:`LEVELS` (``exact``, ``close``, ``phonetic``, ... ``different``; a field
 missing on either side lands on none and weighs nothing). Every level has an ``m``
 probability (of the level among true matches) and a ``u`` probability (among non-matches);
-its weight is ``log2(m/u)``, the weights add up, and with the prior ``lambda`` (the share
-of candidate pairs that are matches) give the match probability (:meth:`Model.score`).
+its weight is ``log2(m/u)``, the weights add up, and with the prior ``lambda`` (the chance
+that a compared pair is a match, before comparing) give the match probability
+(:meth:`Model.score`).
 The m/u table is configuration (:data:`DEFAULT_MODEL`) or estimated from the data by
 expectation-maximisation (:func:`estimate`, over the comparison vectors of blocked
 pairs). String similarity is Jaro-Winkler and Damerau-Levenshtein from ``rapidfuzz``.
