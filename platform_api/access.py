@@ -153,6 +153,9 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         ("GET", "/fhir/{}/{}/_history"): read,
         ("GET", "/fhir/{}/{}/_history/{}"): read,
         ("GET", "/fhir/Patient/{}/$everything"): all_read,
+        # $match (PDQm ITI-119) reads Patients, what the caller may see of them
+        ("POST", "/fhir/Patient/$match"): Rule(AUTHENTICATED, scope="Patient:read",
+                                               limit="read"),
         # $validate stores nothing (reads, for mode=delete/update): the type's read scope;
         # the write budget, as it costs what a write's validation costs and more.
         ("POST", "/fhir/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),

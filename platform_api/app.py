@@ -23,6 +23,7 @@ from fhir_server.access import Access
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
+from fhir_server.interactions.match import MATCHER as PATIENT_MATCHER
 from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, below_fhir, build_fhir_routes
 from fhir_server.service import FhirService
@@ -31,11 +32,13 @@ from platform_api import (
     admin,
     ai,
     cds,
+    cross_border,
     dead_letters,
     developer_keys,
     doctors,
     health,
     labs,
+    mpi,
     organizations,
     patients,
     payments,
@@ -59,6 +62,7 @@ from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import bus_from_settings
 from platform_api.housekeeping import Housekeeping
 from platform_api.json_limits import JsonLimitMiddleware, JsonLimits
+from platform_api.mpi.fhir_match import patient_matcher
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.openapi import FHIR_DOCS_URL, FHIR_DOCUMENT_URL, install_openapi
 from platform_api.policy import FHIR_DOOR, Policy
@@ -310,6 +314,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
+        mpi.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -321,6 +326,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await cds_runtime.close()
             await payments.stop(services)
             await sessions_runtime.stop()
+            await cross_border.stop(services)
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -344,7 +350,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app, pages={FHIR_DOCS_URL: ("FHIR R4 by resource type", FHIR_DOCUMENT_URL)})
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
     fhir_routes = build_fhir_routes(FhirContext(
-        fhir, settings.base_url, security=smart.capability_security), fhir_access)
+        fhir, settings.base_url, security=smart.capability_security,
+        extras={PATIENT_MATCHER: patient_matcher(services)}), fhir_access)
     app.router.routes[:0] = fhir_routes
     install_openapi(app)
     # CDS Hooks right after /fhir: an EHR waits on every order-sign answer, and FastAPI
@@ -369,6 +376,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(public_health.router)
     app.include_router(workforce.router)
     app.include_router(ai.router)
+    app.include_router(mpi.router)
+    app.include_router(cross_border.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -306,6 +306,33 @@ class Settings(BaseSettings):
     ai_cloud_max_response_bytes: int = Field(default=1024 * 1024, gt=0)
     ai_cloud_send_patient_identifiers: bool = Field(default=False, description="Allow "
                                                     "patient identifiers in what is sent")
+    # master patient index (platform_api/mpi) and cross-border lookup (cross_border.py)
+    mpi_link_threshold: float = Field(default=0.99, gt=0, le=1, description="Match "
+                                      "probability from which a pair is linked at once "
+                                      "(grade certain)")
+    mpi_review_threshold: float = Field(default=0.90, gt=0, le=1, description="From here "
+                                        "to the link threshold a pair is a candidate for "
+                                        "review (grade probable)")
+    mpi_possible_threshold: float = Field(default=0.50, gt=0, le=1, description="Lowest "
+                                          "probability a match answers (grade possible)")
+    mpi_auto_link: bool = Field(default=True, description="Compare every new or changed "
+                                "Patient in the background and link certain pairs")
+    mpi_model: dict[str, dict[str, list[float]]] = Field(
+        default_factory=dict, description='JSON {"<field>": {"<level>": [m, u]}} replacing '
+        "the defaults of platform_api/mpi/matching.py (e.g. as estimated by bench/mpi.py)")
+    mpi_prior: float = Field(default=1e-4, gt=0, lt=1, description="The chance that a "
+                             "compared pair is a match, before comparing")
+    mpi_national_id_systems: list[str] = Field(default_factory=list, description="Identifier "
+                                               "systems of national ids (identifiers typed "
+                                               "NI count too)")
+    mpi_default_region: str = Field(default="KE", description="Region of phone numbers "
+                                    "written without a country code")
+    cross_border_exchanges: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON {"<country>": {"base_url", "identifier_system",'
+        ' "auth": "none" | "api_key" | "oauth2", "api_key"?, "api_key_header"?, "token_url"?, '
+        '"client_id"?, "client_secret"?, "scope"?, "timeout_seconds"?}}')
+    cross_border_cache_seconds: float = Field(default=300.0, ge=0)
+    cross_border_retries: int = Field(default=2, ge=0, le=5)
 
     @cached_property
     def store_url(self) -> str:
