@@ -41,6 +41,7 @@ from platform_api import (
     scheduling,
     sessions,
     smart,
+    treatments,
     webhooks,
 )
 from platform_api.access import AccessMiddleware
@@ -298,6 +299,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
+        await treatments.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -353,6 +355,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(payments.router)
     app.include_router(sessions.router)
+    app.include_router(treatments.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
