@@ -230,7 +230,8 @@ def _activity_view(activity: JSON) -> JSON:
     coding = (concept.get("coding") or [None])[0]
     title, _, instructions = (detail.get("description") or "").partition(": ")
     return Activity(
-        id=activity.get("id") or "", title=title or None, kind=STEP_KIND.get(str(detail.get("kind"))),
+        id=activity.get("id") or "", title=title or None,
+        kind=STEP_KIND.get(str(detail.get("kind"))),
         code=Coding(**coding) if coding else None, instructions=instructions or None,
         status=detail.get("status", "scheduled"),
         start=bounds.get("start") or (events[0] if events else None),

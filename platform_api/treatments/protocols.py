@@ -411,8 +411,8 @@ async def delete_protocol(resource_id: str, ctx: ApiContext = Depends(api_contex
             await protocols.delete_one(ctx, resource_id)
             return {"id": resource_id, "deleted": True, "retired": False}
         if plan["status"] != "retired":
-            item: ItemContext[Any] = ItemContext(ctx.request, ctx.principal, ctx.services, ctx.access, ctx.fhir,
-                               None, plan, None)
+            item: ItemContext[Any] = ItemContext(ctx.request, ctx.principal, ctx.services,
+                                                 ctx.access, ctx.fhir, None, plan, None)
             retired = {**plan, "status": "retired", "date": now_instant()}
             await item.save(retired, event=TOPIC + "retired",
                             payload=protocol_view(retired))

@@ -7,8 +7,8 @@ from datetime import date
 import pytest
 
 from platform_api.treatments.schedule import (
-    ScheduleError,
     Scheduled,
+    ScheduleError,
     Span,
     StepTiming,
     schedule,
