@@ -106,3 +106,23 @@ async def test_the_list_filters_by_status_and_pages(clinic):
     assert [p["code"] for p in drafts.json()["data"]] == ["malaria-al"]
     page = (await clinic.get("doctor", "/api/treatments", limit=1)).json()
     assert page["meta"]["total"] == 3 and len(page["data"]) == 1
+
+
+async def test_a_shipped_protocol_is_changed_only_by_platform_administrators(clinic):
+    tb = await shipped(clinic, "tb-2hrze-4hr")
+    url = f"/api/treatments/{tb['id']}"
+    for who in ("doctor", "admin"):
+        response = await clinic.client.patch(url, json={"description": "Shorter"},
+                                             headers=clinic.h(who))
+        assert response.status_code == 403, who
+    changed = await clinic.client.patch(url, json={"description": "WHO 2022 regimen"},
+                                        headers=clinic.h("platform_admin"))
+    assert changed.json()["data"]["description"] == "WHO 2022 regimen"
+
+
+async def test_the_shipped_protocols_are_stored_once_across_restarts(clinic):
+    from platform_api.treatments import start
+
+    await start(clinic.app.state.services)
+    found = await clinic.get("stranger", "/api/treatments", code="tb-2hrze-4hr")
+    assert found.json()["meta"]["total"] == 1
