@@ -14,8 +14,9 @@ Mapping (/api field → CarePlan element):
     activities[]    → activity[] (one per protocol step, element id = the step's id):
       kind          → detail.kind (MedicationRequest, ServiceRequest, Appointment,
                       CommunicationRequest for medication, test, visit, counselling)
-      code          → detail.productCodeableConcept (medicines) or detail.code
-      title, instructions → detail.description
+      title         → detail.code.text
+      code          → detail.productCodeableConcept (medicines) or detail.code.coding
+      instructions  → detail.description
       start, end    → detail.scheduledTiming: repeat.boundsPeriod (a course), or event
                       (a single event on that date); the repeat as the protocol's
       status        → detail.status (scheduled → in-progress | completed | cancelled;
@@ -182,14 +183,21 @@ def _scheduled_timing(step: JSON, when: Scheduled) -> JSON:
 
 
 def activity_of(step: JSON, when: Scheduled, instantiates: str) -> JSON:
+    """A step as a CarePlan activity: what it is in ``detail.code`` (the step's title as
+    its text, its clinical code unless it is a medicine's), the medicine in
+    ``productCodeableConcept``, the instructions in ``description``."""
+    coding = [{k: v for k, v in step["code"].items() if v is not None}] \
+        if step.get("code") else []
+    medicine = step["kind"] == "medication"
     detail: JSON = {"kind": DETAIL_KINDS[step["kind"]], "status": "scheduled",
                     "instantiatesCanonical": [instantiates],
-                    "scheduledTiming": _scheduled_timing(step, when),
-                    "description": step["title"] + (f": {step['instructions']}"
-                                                     if step.get("instructions") else "")}
-    if step.get("code"):
-        concept = {"coding": [{k: v for k, v in step["code"].items() if v is not None}]}
-        detail["productCodeableConcept" if step["kind"] == "medication" else "code"] = concept
+                    "code": {"text": step["title"], **({"coding": coding}
+                                                       if coding and not medicine else {})},
+                    "scheduledTiming": _scheduled_timing(step, when)}
+    if coding and medicine:
+        detail["productCodeableConcept"] = {"coding": coding}
+    if step.get("instructions"):
+        detail["description"] = step["instructions"]
     return {"id": step["id"], "detail": detail}
 
 
@@ -228,11 +236,10 @@ def _activity_view(activity: JSON) -> JSON:
     events = timing.get("event") or []
     concept = detail.get("productCodeableConcept") or detail.get("code") or {}
     coding = (concept.get("coding") or [None])[0]
-    title, _, instructions = (detail.get("description") or "").partition(": ")
     return Activity(
-        id=activity.get("id") or "", title=title or None,
+        id=activity.get("id") or "", title=(detail.get("code") or {}).get("text"),
         kind=STEP_KIND.get(str(detail.get("kind"))),
-        code=Coding(**coding) if coding else None, instructions=instructions or None,
+        code=Coding(**coding) if coding else None, instructions=detail.get("description"),
         status=detail.get("status", "scheduled"),
         start=bounds.get("start") or (events[0] if events else None),
         end=bounds.get("end") if bounds else (events[-1] if events else None),

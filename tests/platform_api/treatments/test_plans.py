@@ -169,3 +169,25 @@ async def test_a_protocol_in_use_is_retired_not_deleted_and_keeps_its_content(cl
     assert removal == {"id": made["id"], "deleted": False, "retired": True}
     kept = data(await clinic.get("doctor", url))
     assert kept["status"] == "retired" and kept["title"] == made["title"]
+
+
+async def test_an_activity_keeps_its_title_code_and_instructions(clinic):
+    treatment = await start_tb(clinic)
+    intensive = activity(treatment, "intensive-hrze")
+    assert intensive["title"] == "Intensive phase: HRZE daily"
+    assert intensive["instructions"].startswith("4FDC tablets")
+    assert intensive["repeat"] == {"frequency": 1, "period": 1, "unit": "d"}
+    smear = activity(treatment, "smear-end-intensive")
+    assert smear["code"]["code"] == "11545-1" and smear["kind"] == "test"
+
+
+async def test_a_care_plan_that_is_no_treatment_is_not_found_here(clinic):
+    other = await clinic.client.post("/fhir/CarePlan", headers=clinic.h("doctor"), json={
+        "resourceType": "CarePlan", "status": "active", "intent": "plan",
+        "subject": {"reference": f"Patient/{clinic.patient_id}"}})
+    assert other.status_code == 201, other.text
+    for treatment_id in (other.json()["id"], "no-such-treatment"):
+        response = await clinic.client.patch(f"/api/patient-treatments/{treatment_id}",
+                                             json={"status": "completed"},
+                                             headers=clinic.h("doctor"))
+        assert refusal(response) == (404, "NOT_FOUND")
