@@ -280,4 +280,4 @@ async def update_feedback(feedback_id: str, body: FeedbackUpdate,
     return ok(view(updated))
 
 
-__all__ = ["FEEDBACK", "FeedbackView", "router"]
+__all__ = ["FEEDBACK", "FINGERPRINTS", "FeedbackView", "router"]

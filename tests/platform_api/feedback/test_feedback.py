@@ -4,6 +4,9 @@ anonymous feedback keeps no identity, is rate limited per address and refused as
 
 from __future__ import annotations
 
+import time
+
+from platform_api.housekeeping import Housekeeping
 from tests.platform_api.area_operations import (
     assert_credentials_needed,
     assert_served_and_documented,
@@ -147,3 +150,16 @@ async def test_every_operation_of_the_area_is_served_and_documented(client):
 async def test_every_route_but_the_anonymous_one_needs_credentials(client):
     public = await assert_credentials_needed(client, "Feedback")
     assert public == ["/api/feedback/anonymous"]
+
+
+async def test_housekeeping_forgets_fingerprints_after_a_day(clinic):
+    text = "The lab results came back on the same day, thank you."
+    data(await clinic.client.post("/api/feedback/anonymous",
+                                  json={"category": "care", "text": text}), 201)
+    services = clinic.app.state.services
+    housekeeping = Housekeeping(services.store, services.settings)
+    assert (await housekeeping.run_once())["feedback_fingerprints"] == 0
+    purged = await housekeeping.run_once(time.time() + 24 * 3600 + 60)
+    assert purged["feedback_fingerprints"] == 1
+    data(await clinic.client.post("/api/feedback/anonymous",
+                                  json={"category": "care", "text": text}), 201)
