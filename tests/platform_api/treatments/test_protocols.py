@@ -126,3 +126,15 @@ async def test_the_shipped_protocols_are_stored_once_across_restarts(clinic):
     await start(clinic.app.state.services)
     found = await clinic.get("stranger", "/api/treatments", code="tb-2hrze-4hr")
     assert found.json()["meta"]["total"] == 1
+
+
+async def test_a_plan_definition_that_is_no_protocol_is_not_found_here(clinic):
+    rule = await clinic.client.post("/fhir/PlanDefinition", headers=clinic.h("doctor"), json={
+        "resourceType": "PlanDefinition", "status": "active", "name": "sepsis-alert",
+        "type": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/"
+                                       "plan-definition-type", "code": "eca-rule"}]}})
+    assert rule.status_code == 201, rule.text
+    response = await clinic.get("doctor", f"/api/treatments/{rule.json()['id']}")
+    assert response.status_code == 404
+    listed = data(await clinic.get("doctor", "/api/treatments"))
+    assert rule.json()["id"] not in {p["id"] for p in listed}
