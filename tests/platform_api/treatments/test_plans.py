@@ -191,3 +191,19 @@ async def test_a_care_plan_that_is_no_treatment_is_not_found_here(clinic):
                                              json={"status": "completed"},
                                              headers=clinic.h("doctor"))
         assert refusal(response) == (404, "NOT_FOUND")
+
+
+async def test_the_patient_reads_their_own_treatments_and_changes_none(clinic):
+    from tests.conftest import register_and_login
+    from tests.platform_api.patients.conftest import link_account
+
+    treatment = await start_tb(clinic, status="active")
+    amina = await register_and_login(clinic.client, first_name="Amina", last_name="Odhiambo")
+    await link_account(clinic.app, clinic.patient_id, amina)
+    own = await clinic.client.get(f"/api/patients/{clinic.patient_id}/treatments",
+                                  headers=amina["headers"])
+    assert [t["id"] for t in own.json()["data"]] == [treatment["id"]]
+    changed = await clinic.client.patch(
+        f"/api/patient-treatments/{treatment['id']}", headers=amina["headers"],
+        json={"activities": [{"id": "intensive-hrze", "status": "completed"}]})
+    assert changed.status_code == 403
