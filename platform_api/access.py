@@ -122,6 +122,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
                "patient and e-mails the address it is given, so it is held tighter than "
                "other public routes.",
     ),
+    ("POST", "/api/feedback/anonymous"): Rule(
+        PUBLIC, limit="feedback",
+        reason="Public as the spec says, on a budget of its own per address: anonymous "
+               "feedback is stored for staff to read, so a flood is held tighter than "
+               "other public routes (the spam checks are the handler's).",
+    ),
 }
 
 

@@ -36,6 +36,7 @@ from platform_api import (
     dead_letters,
     developer_keys,
     doctors,
+    feedback,
     health,
     labs,
     mpi,
@@ -47,6 +48,7 @@ from platform_api import (
     scheduling,
     sessions,
     smart,
+    treatments,
     webhooks,
     workforce,
 )
@@ -315,6 +317,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
         mpi.start(services)
+        await treatments.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -378,6 +381,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ai.router)
     app.include_router(mpi.router)
     app.include_router(cross_border.router)
+    app.include_router(treatments.router)
+    app.include_router(feedback.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
