@@ -49,6 +49,7 @@ from platform_api import (
     sessions,
     smart,
     treatments,
+    training,
     webhooks,
     workforce,
 )
@@ -383,6 +384,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(cross_border.router)
     app.include_router(treatments.router)
     app.include_router(feedback.router)
+    app.include_router(training.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

@@ -182,6 +182,9 @@ class Settings(BaseSettings):
     workforce_min_rest_hours: float = Field(default=11, ge=0, le=48)
     workforce_max_hours_per_week: float = Field(default=48, gt=0, le=168)
     workforce_max_consecutive_nights: int = Field(default=3, ge=1, le=14)
+    # training: continuing education credits a member needs a year (prorated over the
+    # period a summary covers)
+    training_cme_required_credits_per_year: float = Field(default=50, ge=0, le=1000)
     # Mobile money provider A: STK push (M-Pesa Daraja style)
     mobile_money_a_base_url: str = ""
     mobile_money_a_consumer_key: str = ""

@@ -9,6 +9,7 @@ organization's ``ORG:ADMIN``\\ s; every member reads it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,7 +27,6 @@ SOURCE = "workforce"
 SHIFT_TYPES = "workforce_shift_types"
 SHIFT_TYPE_CODES = "workforce_shift_type_codes"
 ROSTERS = "workforce_rosters"
-ROSTER_TURNS = "workforce_roster_turns"
 SWAPS = "workforce_swaps"
 SWAP_DECISIONS = "workforce_swap_decisions"
 CHANGE_ATTEMPTS = 4
@@ -75,34 +75,38 @@ Change = Callable[[JSON], Awaitable[tuple[JSON, list[tuple[str, JSON]]]]]
 
 async def change_in_turn(services: Services, fhir: CallerFhir, roster_id: str, change: Change,
                          *, attempts: int = CHANGE_ATTEMPTS,
-                         also: Callable[[FhirUnit], None] | None = None) -> JSON:
-    """Load the roster, ``change`` it (the changed roster and the events to emit) and save
-    it as its next revision: the revision's turn document is inserted in the same unit of
-    work, so of two changes made from the same revision one commits and the other runs
-    again on the new one (or, after ``attempts``, is 409 ``ROSTER_CHANGED``)."""
-    store = services.store
+                         also: Callable[[FhirUnit], Awaitable[None] | None] | None = None,
+                         collection: str = ROSTERS, name: str = "Roster",
+                         source: str = SOURCE) -> JSON:
+    """Load the document (a roster unless ``collection`` says otherwise), ``change`` it
+    (the changed document and the events to emit) and save it as its next revision: the
+    revision's turn document (``<collection>_turns/<id>:<revision>``) is inserted in the
+    same unit of work, so of two changes made from the same revision one commits and the
+    other runs again on the new one (or, after ``attempts``, is 409 ``CHANGED``:
+    ``ROSTER_CHANGED`` for a roster)."""
+    store, turns = services.store, f"{collection}_turns"
     for _attempt in range(attempts):
-        roster = await store.get_document(ROSTERS, roster_id)
-        if roster is None:
-            raise ApiError(404, "NOT_FOUND", "Roster not found")
-        changed, events = await change(roster)
-        turn = int(roster.get("revision", 0)) + 1
+        current = await store.get_document(collection, roster_id)
+        if current is None:
+            raise ApiError(404, "NOT_FOUND", f"{name} not found")
+        changed, events = await change(current)
+        turn = int(current.get("revision", 0)) + 1
         changed = {**changed, "revision": turn, "updated_at": now_instant()}
         unit = fhir.unit()
         try:
             async with unit:
-                unit.insert_document(ROSTER_TURNS, f"{roster_id}:{turn}",
+                unit.insert_document(turns, f"{roster_id}:{turn}",
                                      {"id": f"{roster_id}:{turn}", "at": changed["updated_at"]})
-                unit.put_document(ROSTERS, roster_id, changed)
+                unit.put_document(collection, roster_id, changed)
                 for topic, payload in events:
-                    unit.emit(topic, payload, source_service=SOURCE)
-                if also is not None:
-                    also(unit)
+                    unit.emit(topic, payload, source_service=source)
+                if also is not None and inspect.isawaitable(staged := also(unit)):
+                    await staged
                 await unit.commit()
         except DuplicateDocument:
-            if await store.get_document(ROSTER_TURNS, f"{roster_id}:{turn}") is None:
+            if await store.get_document(turns, f"{roster_id}:{turn}") is None:
                 raise
             continue
         return changed
-    raise conflict("ROSTER_CHANGED", "The roster changed while this change was made: "
-                   "read it again and retry")
+    raise conflict(f"{name.upper()}_CHANGED", f"The {name.lower()} changed while this "
+                   "change was made: read it again and retry")

@@ -19,6 +19,9 @@ from pydantic import BaseModel
 
 from platform_api.envelope import ApiError, Envelope, PageEnvelope, Pagination, ok, pagination
 from platform_api.facade import ApiContext, api_context
+from platform_api.workforce import rosters as roster_area
+from platform_api.workforce.common import is_org_admin, organization, shift_type_map
+from platform_api.workforce.members import workforce_members
 
 JSON = dict[str, Any]
 
@@ -111,10 +114,6 @@ def period(organization_id: str | None = Query(None, max_length=64),
 
 async def loads(ctx: ApiContext, wanted: Period) -> tuple[str, list[JSON], date | None,
                                                           date | None]:
-    from platform_api.workforce import rosters as roster_area
-    from platform_api.workforce.common import organization, shift_type_map
-    from platform_api.workforce.members import workforce_members
-
     org_id = await organization(ctx, wanted.organization_id)
     if wanted.roster_id:
         chosen = [await roster_area.visible_roster(ctx, wanted.roster_id, org_id)]
@@ -129,8 +128,6 @@ async def loads(ctx: ApiContext, wanted: Period) -> tuple[str, list[JSON], date 
 
 
 def mount(router: Any) -> None:
-    from platform_api.workforce.common import is_org_admin
-
     @router.get("/api/workforce/fairness", response_model=PageEnvelope[MemberFairness],
                 summary="Fairness per member over a period: shifts, hours against contract, "
                         "nights, weekends, holidays (ORG:ADMIN: everyone; others: their own)")

@@ -12,9 +12,10 @@ user_id, start, end, type, approved_by}``).
   gaps now)) and, when the removal opened gaps, ``platform.workforce.coverage_gaps_found``
   (``cause`` leave).
 
-Each effect is idempotent by itself (the leave already on the role, no shift left to
-remove), and a receipt (``event_receipts/workforce.leave_approved:<event id>``) skips a
-redelivered event. A leave of someone outside the workforce changes no roster.
+The bus runs the durable consumer ``workforce_rosters`` once per event id; each effect is
+idempotent by itself too (the leave already on the role, no shift left to remove), so the
+same leave delivered under another id (the HR webhook after an approval in the platform)
+changes nothing more. A leave of someone outside the workforce changes no roster.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from fhir_server.store import DuplicateDocument
 from platform_api.events import Event
 from platform_api.organizations.attendance import LEAVE_APPROVED
 from platform_api.services import Services
@@ -36,8 +36,7 @@ from platform_api.workforce.members import MEMBER_SYSTEM
 from platform_api.workforce.rosters import current_gaps, shift_type
 
 JSON = dict[str, Any]
-RECEIPTS = "event_receipts"
-HANDLER = "workforce.leave_approved"
+CONSUMER = "workforce_rosters"
 TOPIC = "platform.workforce."
 MAX_ROSTERS = 500
 
@@ -68,9 +67,6 @@ class LeaveConsumer:
 
     async def leave_approved(self, event: Event) -> None:
         store, payload = self.services.store, event["payload"]
-        receipt = f"{HANDLER}:{event['id']}"
-        if await store.get_document(RECEIPTS, receipt) is not None:
-            return
         org_id = payload["organization_id"]
         away = leave_window(str(payload["start"]), str(payload["end"]))
         if await self._mark_unavailable(payload, away):
@@ -80,13 +76,6 @@ class LeaveConsumer:
             for roster in rosters:
                 if _overlaps(roster, away):
                     await self._apply(roster["id"], payload, away, types)
-        unit = platform_fhir(self.services).unit()
-        async with unit:
-            unit.insert_document(RECEIPTS, receipt, {"id": receipt, "topic": event["topic"]})
-            try:
-                await unit.commit()
-            except DuplicateDocument:  # delivered twice at once: the other recorded it
-                return
 
     async def _mark_unavailable(self, payload: JSON, away: tuple[datetime, datetime]) -> bool:
         """Add the leave to the member's workforce record; False when they have none."""
@@ -156,7 +145,8 @@ def _overlaps(roster: JSON, away: tuple[datetime, datetime]) -> bool:
 
 
 def start(services: Services) -> None:
-    services.bus.subscribe(LEAVE_APPROVED, LeaveConsumer(services).leave_approved)
+    services.bus.subscribe(LEAVE_APPROVED, LeaveConsumer(services).leave_approved,
+                           consumer=CONSUMER)
 
 
 __all__ = ["LeaveConsumer", "fhir_when", "leave_window", "start"]

@@ -17,6 +17,10 @@ day, shift type and skill: ``required``, ``assigned``, ``missing``), ``solver``
 ``approved_by``/``_at``, ``published_by``/``_at``, ``revision``: every change inserts the
 revision's turn document, so concurrent changes serialise (:func:`.common.change_in_turn`).
 
+Generation keeps the rest and overlap rules across the border with the organization's
+other approved and published rosters (their shifts in the week either side count as
+unavailability, with the rest before and after them); swaps check them too.
+
 Status table: draft → approved → published (409 ``INVALID_TRANSITION`` otherwise).
 Generating is for drafts; approving needs a generated roster (409
 ``ROSTER_NOT_GENERATED``) and, when it has gaps, ``accept_gaps`` (409 ``COVERAGE_GAPS``):
@@ -32,6 +36,7 @@ Events: ``platform.workforce.roster_created``, ``…roster_generated`` (``roster
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from datetime import date, datetime, time, timedelta
 from typing import Any, Literal
 
@@ -266,6 +271,33 @@ async def rosters_of(ctx: ApiContext, org_id: str, status: str | None) -> list[J
                                                    order_by="start")
 
 
+async def neighbouring_shifts(ctx: ApiContext, roster: JSON, types: dict[str, JSON]
+                              ) -> dict[str, list[Shift]]:
+    """Per member, their shifts in the organization's other approved and published rosters
+    in the week either side of ``roster``: the rest and overlap rules hold across the
+    border of two rosters (last month's final night, this month's first morning)."""
+    first = date.fromisoformat(roster["start"]) - timedelta(days=7)
+    last = date.fromisoformat(roster["end"]) + timedelta(days=7)
+    found: dict[str, list[Shift]] = {}
+    for status in ("approved", "published"):
+        for other in await rosters_of(ctx, roster["organization_id"], status):
+            if other["id"] == roster["id"] or other["end"] < first.isoformat() \
+                    or other["start"] > last.isoformat():
+                continue
+            for a in assignments_of(other, types):
+                if first <= a.shift.day <= last:
+                    found.setdefault(a.user_id, []).append(a.shift)
+    return found
+
+
+def kept_clear(member: Member, shifts: list[Shift], rules: Rules) -> Member:
+    """``member`` unavailable during ``shifts`` (of other rosters) and the rest after and
+    before each."""
+    rest = timedelta(minutes=rules.min_rest_minutes)
+    return replace(member, unavailable=(*member.unavailable,
+                                        *((s.start - rest, s.end + rest) for s in shifts)))
+
+
 # -- routes -------------------------------------------------------------------------------------
 router = APIRouter(tags=["workforce"])
 _TRANSITION = {"INVALID_TRANSITION": "the status table has no such move"}
@@ -326,9 +358,13 @@ async def generate_roster(roster_id: str, ctx: ApiContext = Depends(api_context)
     if not types:
         raise ApiError(422, "NO_SHIFT_TYPES", "The organization has no shift types: create "
                        "them with their coverage first")
-    members = await rostered_members(ctx.services, await workforce_members(ctx, org_id), org_id)
+    rules = roster_rules(settings, roster)
+    around = await neighbouring_shifts(ctx, roster, types)
+    members = [kept_clear(m, around.get(m.user_id, []), rules) for m in
+               await rostered_members(ctx.services, await workforce_members(ctx, org_id),
+                                      org_id)]
     solution: Solution = await anyio.to_thread.run_sync(functools.partial(
-        solve, members, needed_of(roster, types), roster_rules(settings, roster),
+        solve, members, needed_of(roster, types), rules,
         time_limit=settings.workforce_solver_time_limit_seconds,
         workers=settings.workforce_solver_workers))
 

@@ -10,9 +10,10 @@ every window of ``max_consecutive_nights + 1`` days holds at most that many nigh
 Coverage is hard in intent but modelled with a shortfall variable per requirement whose
 weight dwarfs every soft goal: when the places cannot all be filled the solver still
 returns the best roster, and the shortfalls are its coverage gaps (never a silently short
-roster). Soft goals, in decreasing weight: the most night and the most weekend shifts any
-one member works (minimised: the load is spread), minutes beyond each member's contract (pro
-rata), shifts of a type the member avoids, shifts of a type they prefer (a reward).
+roster). Soft goals, in decreasing weight: night and weekend shifts beyond each member's
+fair share (the places shared in proportion to the days each can work), minutes beyond
+each member's contract (pro rata), shifts of a type the member avoids, shifts of a type
+they prefer (a reward).
 
 The greedy baseline fills requirements in time order with the qualified member who has
 worked least so far and breaks no hard rule; the solver gets it as a hint.
@@ -39,11 +40,12 @@ from platform_api.workforce.rules import (
     too_close,
 )
 
-SHORTFALL_WEIGHT = 100_000
-SPREAD_WEIGHT = 300
+SHORTFALL_WEIGHT = 10_000_000
+SPREAD_WEIGHT = 3_000  # a night or weekend beyond one's share: 50 h beyond contract
 OVER_CONTRACT_WEIGHT_PER_MINUTE = 1  # an hour beyond contract: 60
-AVOIDED_WEIGHT = 60
-PREFERRED_REWARD = 15
+AVOIDED_WEIGHT = 300
+PREFERRED_REWARD = 60
+COVER_SHARE = 0.4  # of the time limit, for the coverage alone
 
 
 @dataclass
@@ -115,9 +117,9 @@ class RosterModel:
         self.short: dict[int, cp_model.IntVar] = {}
         self.works: dict[tuple[int, Shift], list[cp_model.IntVar]] = {}
         # the objective's helper variables, hinted from a roster: member -> (over, its
-        # contracted minutes); the heaviest loads with their kind (night | weekend)
+        # contracted minutes); (nights | weekends, member) -> (excess, fair share)
         self.over: dict[int, tuple[cp_model.IntVar, int]] = {}
-        self.heaviest: dict[str, cp_model.IntVar] = {}
+        self.excess: dict[tuple[str, int], tuple[cp_model.IntVar, int]] = {}
         self._build()
 
     def _build(self) -> None:
@@ -172,26 +174,34 @@ class RosterModel:
             if len(run) > rules.max_consecutive_nights:
                 model.add(sum(run) <= rules.max_consecutive_nights)
 
-    def _heaviest(self, name: str, loads: list[cp_model.LinearExprT], bound: int
-                  ) -> cp_model.IntVar:
-        """The largest of ``loads`` (minimised: the load is spread; a spread max - min
-        would be pinned by whoever is on leave)."""
-        high = self.model.new_int_var(0, bound, f"{name}_max")
-        for load in loads:
-            self.model.add(load <= high)
-        self.heaviest[name] = high
-        return high
+    def _fair_excess(self, name: str, loads: dict[int, cp_model.LinearExprT], places: int
+                     ) -> list[cp_model.IntVar]:
+        """For each member, the ``name`` shifts they work beyond their fair share of the
+        ``places`` (shared in proportion to the days each can work at all: someone on
+        leave half the period owes half as many)."""
+        days = {m: len({s.day for s in self._shifts_of(m)}) for m in loads}
+        total = sum(days.values()) or 1
+        excess = []
+        for m, load in loads.items():
+            fair = places * days[m] // total  # rounded down: the shares add up to no more
+            # than the places, so every shift beyond one's share is someone else's short
+            above = self.model.new_int_var(0, max(places, 1), f"{name}_excess{m}")
+            self.model.add(above >= load - fair)
+            self.excess[(name, m)] = (above, fair)
+            excess.append(above)
+        return excess
 
     def _objective(self) -> None:
         model, days = self.model, {r.shift.day for r in self.needed}
         terms: list[cp_model.LinearExprT] = [SHORTFALL_WEIGHT * s for s in self.short.values()]
-        nights, weekends = [], []
+        nights: dict[int, cp_model.LinearExprT] = {}
+        weekends: dict[int, cp_model.LinearExprT] = {}
         for m, member in enumerate(self.members):
             shifts = self._shifts_of(m)
             if any(s.type.night for s in shifts):
-                nights.append(sum(self.on[(m, s)] for s in shifts if s.type.night))
+                nights[m] = sum(self.on[(m, s)] for s in shifts if s.type.night)
             if any(s.weekend for s in shifts):
-                weekends.append(sum(self.on[(m, s)] for s in shifts if s.weekend))
+                weekends[m] = sum(self.on[(m, s)] for s in shifts if s.weekend)
             minutes = sum(s.type.minutes * self.on[(m, s)] for s in shifts)
             contracted = int(member.contracted_minutes_week * len(days) // 7)
             over = model.new_int_var(0, 60 * 24 * max(len(days), 1), f"over{m}")
@@ -203,11 +213,33 @@ class RosterModel:
                     terms.append(AVOIDED_WEIGHT * self.on[(m, s)])
                 if s.type.id in member.preferred:
                     terms.append(-PREFERRED_REWARD * self.on[(m, s)])
-        if len(nights) > 1:
-            terms.append(SPREAD_WEIGHT * self._heaviest("nights", nights, len(days)))
-        if len(weekends) > 1:
-            terms.append(SPREAD_WEIGHT * self._heaviest("weekends", weekends, 2 * len(days)))
-        model.minimize(sum(terms))
+        night_places = sum(r.count for r in self.needed if r.shift.type.night)
+        weekend_places = sum(r.count for r in self.needed if r.shift.weekend)
+        terms += [SPREAD_WEIGHT * e for e in self._fair_excess("nights", nights, night_places)]
+        terms += [SPREAD_WEIGHT * e
+                  for e in self._fair_excess("weekends", weekends, weekend_places)]
+        self.objective = sum(terms)
+        model.minimize(self.objective)
+
+    def cover_first(self) -> None:
+        """Phase one: the shortfall, then the fair spread of nights and weekends (the
+        search keeps the load spread while it fills places)."""
+        self.model.minimize(SHORTFALL_WEIGHT * sum(self.short.values())
+                            + sum(e for e, _fair in self.excess.values()))
+
+    def then_everything(self, solver: cp_model.CpSolver) -> None:
+        """Phase two: no more shortfall than phase one's best (``solver``'s), which is the
+        hint, and the whole objective minimised."""
+        model = self.model
+        model.add(sum(self.short.values()) <= sum(solver.value(s) for s in self.short.values()))
+        model.clear_hints()
+        for var in self.y.values():
+            model.add_hint(var, solver.boolean_value(var))
+        for var in self.short.values():
+            model.add_hint(var, solver.value(var))
+        self._hint_helpers([(m, self.needed[r].shift) for (m, r), var in self.y.items()
+                            if solver.boolean_value(var)])
+        model.minimize(self.objective)
 
     def hint(self, placed: Sequence[Assignment]) -> None:
         index = {m.user_id: i for i, m in enumerate(self.members)}
@@ -220,17 +252,20 @@ class RosterModel:
             filled = sum(1 for a in placed
                          if (a.shift, a.skill) == (requirement.shift, requirement.skill))
             self.model.add_hint(short, max(0, requirement.count - filled))
+        self._hint_helpers([(index[a.user_id], a.shift) for a in placed])
+
+    def _hint_helpers(self, worked: Sequence[tuple[int, Shift]]) -> None:
+        """Hint the objective's helper variables from the shifts ``worked``."""
         minutes = [0] * len(self.members)
         loads = {"nights": [0] * len(self.members), "weekends": [0] * len(self.members)}
-        for a in placed:
-            m = index[a.user_id]
-            minutes[m] += a.shift.type.minutes
-            loads["nights"][m] += a.shift.type.night
-            loads["weekends"][m] += a.shift.weekend
+        for m, shift in worked:
+            minutes[m] += shift.type.minutes
+            loads["nights"][m] += shift.type.night
+            loads["weekends"][m] += shift.weekend
         for m, (over, contracted) in self.over.items():
             self.model.add_hint(over, max(0, minutes[m] - contracted))
-        for name, high in self.heaviest.items():
-            self.model.add_hint(high, max(loads[name]))
+        for (name, m), (above, fair) in self.excess.items():
+            self.model.add_hint(above, max(0, loads[name][m] - fair))
 
     def assignments(self, solver: cp_model.CpSolver) -> list[Assignment]:
         return [Assignment(self.members[m].user_id, self.needed[r].shift, self.needed[r].skill)
@@ -240,23 +275,44 @@ class RosterModel:
 def solve(members: Sequence[Member], needed: Sequence[Requirement], rules: Rules, *,
           time_limit: float, workers: int = 2, seed: int = 0) -> Solution:
     """The best roster CP-SAT finds within ``time_limit`` seconds, with its gaps (the
-    greedy roster when CP-SAT found nothing better in time)."""
+    greedy roster when CP-SAT found nothing better in time).
+
+    Two phases share the time: the coverage and the fair spread first (``COVER_SHARE``
+    of it, from the greedy roster), then every goal without giving back any coverage. On
+    2 cores this fills more places than one solve of the weighted sum, whose search
+    spends its time on the soft goals (bench/roster.py, 20 s: 1-5 member-shifts short
+    over three runs, where one weighted solve left 5 and the greedy roster 6)."""
     started = clock.perf_counter()
     baseline = greedy(members, needed, rules)
     roster = RosterModel(members, needed, rules)
     roster.hint(baseline)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    status = solver.solve(roster.model)
+    roster.cover_first()
+    first = _solver(time_limit * COVER_SHARE, workers, seed)
+    status = first.solve(roster.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        roster.then_everything(first)
+        spent = clock.perf_counter() - started
+        second = _solver(max(time_limit - spent, time_limit * 0.2), workers, seed)
+        status = second.solve(roster.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            second, status = first, cp_model.FEASIBLE  # phase one's roster stands
+    else:
+        second = first
     needed = roster.needed
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        placed = roster.assignments(solver)
-        found = Solution(placed, gaps(needed, placed), solver.status_name(status),
-                         clock.perf_counter() - started, solver.objective_value)
+        placed = roster.assignments(second)
+        found = Solution(placed, gaps(needed, placed), second.status_name(status),
+                         clock.perf_counter() - started, second.objective_value)
     else:
         found = Solution(baseline, gaps(needed, baseline), "GREEDY",
                          clock.perf_counter() - started)
     found.counts = {"variables": len(roster.y), "requirements": len(needed)}
     return found
+
+
+def _solver(seconds: float, workers: int, seed: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(seconds, 0.1)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = seed
+    return solver

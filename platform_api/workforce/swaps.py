@@ -44,6 +44,7 @@ from platform_api.envelope import (
 from platform_api.facade import ApiContext, api_context, conflict_responses
 from platform_api.organizations.members import documents_page
 from platform_api.workforce.common import (
+    ROSTERS,
     SOURCE,
     SWAP_DECISIONS,
     SWAPS,
@@ -55,6 +56,7 @@ from platform_api.workforce.common import (
 from platform_api.workforce.members import workforce_members
 from platform_api.workforce.rosters import (
     assignments_of,
+    neighbouring_shifts,
     roster_rules,
     rostered_members,
     visible_roster,
@@ -189,6 +191,8 @@ async def accept_swap(swap_id: str, ctx: ApiContext = Depends(api_context)) -> A
         raise ApiError(422, "NOT_IN_WORKFORCE", "You are not in the organization's workforce")
     members = {m.user_id: m for m in await rostered_members(ctx.services, workforce, org_id)}
     types = await shift_type_map(ctx, org_id)
+    roster = await ctx.services.store.get_document(ROSTERS, swap["roster_id"])
+    around = await neighbouring_shifts(ctx, roster, types) if roster else {}
     now = now_instant()
     accepted = {**swap, "status": "accepted", "accepted_by": me, "accepted_at": now}
 
@@ -199,7 +203,8 @@ async def accept_swap(swap_id: str, ctx: ApiContext = Depends(api_context)) -> A
                 or held["user_id"] != swap["from_user_id"]:
             raise conflict("INVALID_TRANSITION", "The shift is no longer the offerer's")
         shift = Shift(date.fromisoformat(held["date"]), shift_type(types[held["shift_type_id"]]))
-        mine = [a.shift for a in assignments_of(roster, types) if a.user_id == me]
+        mine = [a.shift for a in assignments_of(roster, types) if a.user_id == me] + \
+            around.get(me, [])
         rule = broken_rule(members[me], mine, shift, roster_rules(ctx.services.settings, roster),
                            held.get("skill"))
         if rule is not None:

@@ -69,3 +69,25 @@ async def test_leave_of_someone_outside_the_workforce_changes_no_roster(ward):
             "type": "annual", "approved_by": "hr-system"}})
     after = data(await ward.get("admin", "/api/workforce/rosters"))[0]
     assert after["revision"] == before["revision"]
+
+
+async def test_the_hr_webhooks_approval_reaches_the_rosters(ward):
+    from tests.platform_api.webhooks.conftest import LEAVE_SECRET
+    from tests.platform_api.webhooks.signing import body_of, standard_headers
+
+    ward.app.state.services.settings.leave_webhook_secret = LEAVE_SECRET
+    roster = await published_roster(ward, **WEEKDAYS)
+    doctor = ward.user_id("doctor")
+    assert [a for a in roster["assignments"] if a["user_id"] == doctor]
+    body = body_of({"leave_request_id": "HR-2027-031", "organization_id": ward.org_id,
+                    "user_id": doctor, "start": "2027-03-01T00:00:00+03:00",
+                    "end": "2027-03-05", "type": "study", "approved_by": "hr-system"})
+    response = await ward.client.post(
+        "https://testserver/api/workforce/webhooks/leave-approved", content=body,
+        headers=standard_headers(body, "msg_hr_2027_031", secret=LEAVE_SECRET))
+    assert response.status_code == 200, response.text
+    await ward.drain()
+    after = data(await ward.get("admin", "/api/workforce/rosters"))[0]
+    assert not [a for a in after["assignments"] if a["user_id"] == doctor]
+    member = data(await ward.get("admin", "/api/workforce/members", user_id=doctor))[0]
+    assert [u["reason"] for u in member["unavailability"]] == ["study leave (HR-2027-031)"]

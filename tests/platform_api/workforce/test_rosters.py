@@ -111,3 +111,18 @@ async def test_a_roster_period_is_checked(clinic):
     response = await clinic.post("admin", "/api/workforce/rosters", {
         "name": "A quarter", "start": "2027-01-01", "end": "2027-03-31"})
     assert refusal(response) == (422, "VALIDATION_ERROR")
+
+
+async def test_the_rest_rule_holds_across_the_border_of_two_rosters(ward):
+    from tests.platform_api.workforce.conftest import published_roster
+
+    first = await published_roster(ward, start="2027-03-01", end="2027-03-05")
+    nights = {a["user_id"] for a in first["assignments"]
+              if a["date"] == "2027-03-05" and a["shift_type_code"] == "N"}
+    assert nights  # someone works Friday night, until 07:00 on Saturday
+    weekend = await new_roster(ward, start="2027-03-06", end="2027-03-07")
+    generated = data(await ward.post("admin",
+                                     f"/api/workforce/rosters/{weekend['id']}/generate"))
+    saturday_days = {a["user_id"] for a in generated["assignments"]
+                     if a["date"] == "2027-03-06" and a["shift_type_code"] == "D"}
+    assert saturday_days and not saturday_days & nights

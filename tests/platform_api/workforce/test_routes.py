@@ -1,5 +1,6 @@
-"""The Workforce and training area as a whole: every operation the spec lists is served,
-documented with its models, and refused without credentials."""
+"""The Workforce and training area as a whole (``platform_api.workforce`` and
+``platform_api.training``): every operation the spec lists is served, documented with its
+models, and refused without credentials."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ def template(path: str) -> str:
 
 
 def workforce_operations() -> list[tuple[str, str, str]]:
-    return [op for op in OPERATIONS["Workforce and training"]
-            if op[1].startswith("/api/workforce/")]
+    """The area's operations (the Workforce and the Training packages serve them)."""
+    return list(OPERATIONS["Workforce and training"])
 
 
-async def test_every_workforce_operation_is_served_and_documented(client):
+async def test_every_workforce_and_training_operation_is_served_and_documented(client):
     spec = (await client.get("/openapi.json")).json()
     served = {(method.upper(), template(path)): operation
               for path, methods in spec["paths"].items() for method, operation in methods.items()}
     operations = workforce_operations()
-    assert len(operations) == 16
+    assert len(operations) == 26
     for method, path, _access in operations:
         operation = served.get((method, template(path)))
         assert operation is not None, f"{method} {path} is not served"
@@ -33,7 +34,7 @@ async def test_every_workforce_operation_is_served_and_documented(client):
             assert "$ref" in body or "'title'" in body, (method, path)
 
 
-async def test_every_workforce_route_needs_credentials(client):
+async def test_every_workforce_and_training_route_needs_credentials(client):
     for method, path, _access in workforce_operations():
         url = re.sub(r":\w+", "01a2e0c0-0000-7000-8000-000000000000", path)
         response = await client.request(method, url, json={})

@@ -118,3 +118,23 @@ async def test_an_offer_to_one_colleague_is_theirs_to_accept(ward):
         "roster_id": roster["id"], "assignment_id": theirs["id"],
         "to_user_id": ward.user_id("stranger")})
     assert refusal(response) == (422, "NOT_IN_WORKFORCE")
+
+
+async def test_two_colleagues_accepting_at_once_one_takes_the_shift(ward):
+    import asyncio
+
+    roster = await published_roster(ward, start="2027-03-01", end="2027-03-01")
+    offered = next(a for a in roster["assignments"] if a["skill"] is None)
+    owner = next(w for w in WARD if ward.user_id(w) == offered["user_id"])
+    working = {a["user_id"] for a in roster["assignments"]}
+    free = [w for w in WARD if ward.user_id(w) not in working]
+    assert len(free) == 2  # three shifts, five members
+    swap = data(await ward.post(owner, "/api/workforce/swaps", {
+        "roster_id": roster["id"], "assignment_id": offered["id"]}), 201)
+    answers = await asyncio.gather(*(ward.post(who, f"/api/workforce/swaps/{swap['id']}/accept")
+                                     for who in free))
+    assert sorted(a.status_code for a in answers) == [200, 409]
+    after = data(await ward.get("admin", "/api/workforce/rosters"))[0]
+    taken = [a for a in after["assignments"] if a["shift_type_id"] == offered["shift_type_id"]
+             and a["user_id"] in {ward.user_id(w) for w in free}]
+    assert len(taken) == 1
