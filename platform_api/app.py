@@ -48,8 +48,8 @@ from platform_api import (
     scheduling,
     sessions,
     smart,
-    treatments,
     training,
+    treatments,
     webhooks,
     workforce,
 )
