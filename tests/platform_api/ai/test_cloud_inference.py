@@ -3,15 +3,14 @@ OpenAI-compatible): forwarding, time-out, size limits, and no patient identifier
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from tests.platform_api.ai.conftest import data, refusal
 from tests.platform_api.ai.inference_standin import InferenceStandIn
+from tests.stand_ins import serving
 
 URL = "/api/ai/cloud-inference"
 KEY = "sk-cloud-kibera"
@@ -22,14 +21,8 @@ VITALS = {"model": "sepsis-risk", "inputs": [
 @pytest.fixture
 async def stand_in() -> AsyncIterator[tuple[InferenceStandIn, str]]:
     remote = InferenceStandIn(KEY)
-    runner = web.AppRunner(remote.app())
-    await runner.setup()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield remote, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serving(remote.app()) as url:
+        yield remote, url
 
 
 def configure(app: Any, **settings: Any) -> None:

@@ -8,19 +8,14 @@ modes for what can go wrong: ``slow`` (answers after ``delay`` seconds), ``broke
 from __future__ import annotations
 
 import asyncio
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from tests.stand_ins import free_port
+
 JSON = dict[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -12,7 +12,6 @@ import pytest
 from platform_api.public_health.dhis2 import Dhis2Client, HmisError
 from platform_api.public_health.reporting import last_complete_week
 from tests.conftest import make_settings
-from tests.platform_api.public_health.conftest import free_port
 from tests.platform_api.public_health.helpers import (
     Clinic,
     data,
@@ -21,6 +20,7 @@ from tests.platform_api.public_health.helpers import (
     report,
     set_district,
 )
+from tests.stand_ins import free_port
 
 PERIOD = last_complete_week()
 MONDAY = date.fromisocalendar(int(PERIOD[:4]), int(PERIOD[5:]), 1)

@@ -4,19 +4,18 @@ format (both with a short timeout, so a payer that hangs is seen quickly)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from platform_api.settings import Settings
 from tests.conftest import make_settings
 from tests.platform_api.clinic import Clinic, clinic  # noqa: F401  (the fixture)
 from tests.platform_api.rcm.payer_standin import PayerStandIn
+from tests.stand_ins import serving
 
 KEY = "payer-test-key-5f1c"
 JSON = dict[str, Any]
@@ -26,23 +25,11 @@ ITEMS = [{"description": "Outpatient consultation", "code": "11429006",
           "system": "http://snomed.info/sct", "quantity": 2, "unit_price": "175.25"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def payer() -> AsyncIterator[tuple[PayerStandIn, str]]:
     stand_in = PayerStandIn(KEY)
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(stand_in.app()) as url:
+        yield stand_in, url
 
 
 @pytest.fixture
