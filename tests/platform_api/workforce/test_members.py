@@ -74,3 +74,15 @@ async def test_bad_input_names_the_field(clinic):
         "user_id": clinic.user_id("nurse"),
         "unavailability": [{"start": "2027-03-05", "end": "2027-03-01"}]})
     assert refusal(response) == (422, "VALIDATION_ERROR")
+
+
+async def test_a_platform_administrator_names_the_organization(clinic):
+    await add_workforce(clinic, "nurse")
+    assert refusal(await clinic.get("platform_admin", "/api/workforce/members")) == (
+        422, "ORGANIZATION_REQUIRED")
+    listed = data(await clinic.get("platform_admin", "/api/workforce/members",
+                                   organization_id=clinic.org_id))
+    assert [m["user_id"] for m in listed] == [clinic.user_id("nurse")]
+    added = await clinic.post("platform_admin", "/api/workforce/members", {
+        "user_id": clinic.user_id("lab"), "organization_id": clinic.org_id})
+    assert added.status_code == 201, added.text
