@@ -35,6 +35,7 @@ from platform_api import (
     doctors,
     health,
     labs,
+    marketplace,
     organizations,
     patients,
     payments,
@@ -353,6 +354,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(payments.router)
     app.include_router(sessions.router)
+    app.include_router(marketplace.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,
