@@ -48,6 +48,7 @@ from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
 from fhir_server.interactions.everything import everything
 from fhir_server.interactions.history import history
+from fhir_server.interactions.match import match
 from fhir_server.interactions.patch import conditional_patch, patch
 from fhir_server.interactions.read import read
 from fhir_server.interactions.search_compartment import search_compartment
@@ -161,6 +162,8 @@ ROUTES: tuple[FhirRoute, ...] = (
               errors=READ_ERRORS),
     FhirRoute("GET", "/Patient/{patient_id}/$everything", "Patient/$everything", everything,
               errors=READ_ERRORS),
+    FhirRoute("POST", "/Patient/$match", "Patient/$match (IHE PDQm ITI-119)", match,
+              body="validate", errors=(400, 406, 413, 415)),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
               search_compartment, errors=READ_ERRORS),
     FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,

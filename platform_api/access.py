@@ -122,6 +122,12 @@ OVERRIDES: dict[tuple[str, str], Rule] = {
                "patient and e-mails the address it is given, so it is held tighter than "
                "other public routes.",
     ),
+    ("POST", "/api/feedback/anonymous"): Rule(
+        PUBLIC, limit="feedback",
+        reason="Public as the spec says, on a budget of its own per address: anonymous "
+               "feedback is stored for staff to read, so a flood is held tighter than "
+               "other public routes (the spam checks are the handler's).",
+    ),
 }
 
 
@@ -153,6 +159,9 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         ("GET", "/fhir/{}/{}/_history"): read,
         ("GET", "/fhir/{}/{}/_history/{}"): read,
         ("GET", "/fhir/Patient/{}/$everything"): all_read,
+        # $match (PDQm ITI-119) reads Patients, what the caller may see of them
+        ("POST", "/fhir/Patient/$match"): Rule(AUTHENTICATED, scope="Patient:read",
+                                               limit="read"),
         # $validate stores nothing (reads, for mode=delete/update): the type's read scope;
         # the write budget, as it costs what a write's validation costs and more.
         ("POST", "/fhir/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, params
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -23,26 +23,36 @@ from fhir_server.access import Access
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
+from fhir_server.interactions.match import MATCHER as PATIENT_MATCHER
 from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, below_fhir, build_fhir_routes
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_from_url
 from platform_api import (
     admin,
+    ai,
     cds,
+    cross_border,
     dead_letters,
     developer_keys,
     doctors,
+    feedback,
     health,
     labs,
     marketplace,
+    mpi,
     organizations,
     patients,
     payments,
+    public_health,
+    rcm,
     scheduling,
     sessions,
     smart,
+    training,
+    treatments,
     webhooks,
+    workforce,
 )
 from platform_api.access import AccessMiddleware
 from platform_api.auth.dependencies import authenticate_request
@@ -56,6 +66,7 @@ from platform_api.envelope import ApiError, JSONResponse, error_response
 from platform_api.events import bus_from_settings
 from platform_api.housekeeping import Housekeeping
 from platform_api.json_limits import JsonLimitMiddleware, JsonLimits
+from platform_api.mpi.fhir_match import patient_matcher
 from platform_api.observability import RequestContextMiddleware, configure_logging
 from platform_api.openapi import FHIR_DOCS_URL, FHIR_DOCUMENT_URL, install_openapi
 from platform_api.policy import FHIR_DOOR, Policy
@@ -98,13 +109,19 @@ def request_refusal(request: Request, exc: RequestValidationError) -> ApiError:
         return ApiError(422, "VALIDATION_ERROR", "The request needs a JSON body "
                         "(Content-Type: application/json)", field="body")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if loc[:1] == ("body",) and not _is_json_type(content_type):
+    if loc[:1] == ("body",) and not _is_json_type(content_type) and not _takes_form(request):
         said = f"this request said {content_type}" if content_type else \
             "this request sent no Content-Type"
         return ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "The body must be JSON sent with "
                         f"Content-Type: application/json ({said})")
     field = _field_of(loc)
     return ApiError(422, "VALIDATION_ERROR", f"{field}: {first['msg']}", field=field)
+
+
+def _takes_form(request: Request) -> bool:
+    """The route's body is a form (an upload), whose fields are checked like JSON's."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    return isinstance(getattr(body, "field_info", None), params.Form)
 
 
 def _is_json_type(content_type: str) -> bool:
@@ -285,6 +302,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     housekeeping = Housekeeping(store, settings)
     webhooks.install(services)
     payments.install(services)
+    public_health.install(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -292,6 +310,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store.add_outbox_listener(bus.wake)
         organizations.start(services)
         doctors.start(services)
+        workforce.start(services)
         await auth.start()
         await smart_server.start()
         await bus.start()
@@ -299,6 +318,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot_keeper = scheduling.start(services)
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
+        mpi.start(services)
+        await treatments.start(services)
         housekeeping.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
@@ -310,6 +331,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await cds_runtime.close()
             await payments.stop(services)
             await sessions_runtime.stop()
+            await cross_border.stop(services)
             if mllp is not None:
                 await mllp.close()
             await smart_server.stop()
@@ -333,7 +355,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app, pages={FHIR_DOCS_URL: ("FHIR R4 by resource type", FHIR_DOCUMENT_URL)})
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
     fhir_routes = build_fhir_routes(FhirContext(
-        fhir, settings.base_url, security=smart.capability_security), fhir_access)
+        fhir, settings.base_url, security=smart.capability_security,
+        extras={PATIENT_MATCHER: patient_matcher(services)}), fhir_access)
     app.router.routes[:0] = fhir_routes
     install_openapi(app)
     # CDS Hooks right after /fhir: an EHR waits on every order-sign answer, and FastAPI
@@ -355,6 +378,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(payments.router)
     app.include_router(sessions.router)
     app.include_router(marketplace.router)
+    app.include_router(rcm.router)
+    app.include_router(public_health.router)
+    app.include_router(workforce.router)
+    app.include_router(ai.router)
+    app.include_router(mpi.router)
+    app.include_router(cross_border.router)
+    app.include_router(treatments.router)
+    app.include_router(feedback.router)
+    app.include_router(training.router)
     # Outermost last: request id (around everything, see PlatformApp) → body size (413)
     # → access table (401/403/429) → JSON depth and elements (400/413) → routes.
     app.add_middleware(JsonLimitMiddleware, limits=JsonLimits(settings.max_json_depth,

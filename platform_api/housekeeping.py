@@ -16,7 +16,9 @@ Health data (FHIR resources and their versions) is never touched here. What goes
 - the SMART authorization server's short-lived records a day after they expired:
   authorization codes, EHR launch contexts, pending /authorize requests, management-page
   sessions and the ``jti`` of client assertions (a replay guard needed only while the
-  assertion is valid).
+  assertion is valid);
+- the fingerprints of anonymous feedback texts, once the day in which the same text is
+  refused as a repeat is over.
 
 Without it every message, login and event left a row behind for ever: a lab sending 50
 messages a second adds four million idempotency records a day. The pass runs every
@@ -40,6 +42,8 @@ from hl7_gateway.gateway import MESSAGES
 from platform_api.auth import mfa, one_time, refresh
 from platform_api.auth.tokens import rfc3339
 from platform_api.events import HANDLED
+from platform_api.feedback.routes import FINGERPRINTS
+from platform_api.feedback.spam import REPEAT_WINDOW_SECONDS
 from platform_api.settings import Settings
 from platform_api.smart import oauth as smart
 from platform_api.webhooks.inbound import RECEIPTS as WEBHOOK_RECEIPTS
@@ -97,6 +101,8 @@ class Housekeeping:
                  settings.webhook_receipt_retention_days * DAY, stamp=_instant),
             Rule("handled_events", HANDLED, "handled_at",
                  settings.handled_event_retention_days * DAY, stamp=_instant),
+            Rule("feedback_fingerprints", FINGERPRINTS, "seen_at", REPEAT_WINDOW_SECONDS,
+                 stamp=_instant),
         ]
         self._task: asyncio.Task[None] | None = None
 

@@ -59,6 +59,7 @@ DEFAULT_LIMITS: dict[str, str] = {
     # e-mail to the address given
     "booking": "30/60",
     "webhook": "600/60",  # signed inbound notifications, per IP
+    "feedback": "10/3600",  # anonymous feedback, per IP
     "login": "120/60",  # password and social login, the MFA challenge
     "refresh": "600/60",  # token refresh (every app of a NAT refreshes every 15 minutes)
     "register": "60/3600",  # new accounts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -174,6 +174,17 @@ class Settings(BaseSettings):
     email_webhook_secret: str = ""
     inbound_webhook_secret: str = ""
     leave_webhook_secret: str = ""
+    # workforce: roster generation with OR-Tools CP-SAT (time limit and threads of one
+    # solve) and the hard rules' defaults (EU Working Time Directive: 11 h daily rest,
+    # 48 h a week; a member's own maximum replaces the weekly one)
+    workforce_solver_time_limit_seconds: float = Field(default=10.0, gt=0, le=600)
+    workforce_solver_workers: int = Field(default=2, ge=1, le=64)
+    workforce_min_rest_hours: float = Field(default=11, ge=0, le=48)
+    workforce_max_hours_per_week: float = Field(default=48, gt=0, le=168)
+    workforce_max_consecutive_nights: int = Field(default=3, ge=1, le=14)
+    # training: continuing education credits a member needs a year (prorated over the
+    # period a summary covers)
+    training_cme_required_credits_per_year: float = Field(default=50, ge=0, le=1000)
     # Mobile money provider A: STK push (M-Pesa Daraja style)
     mobile_money_a_base_url: str = ""
     mobile_money_a_consumer_key: str = ""
@@ -264,6 +275,76 @@ class Settings(BaseSettings):
                                               "external stock system; empty: no sync")
     marketplace_stock_system_token: str = ""
     marketplace_http_timeout_seconds: float = Field(default=20.0, gt=0)
+    # Public health and surveillance (platform_api/public_health): the HMIS (DHIS2) server
+    # pushes go to, how to sign in to it, and the mapping of counts to its data elements
+    hmis_url: str = Field(default="", description="Base URL of the DHIS2 instance "
+                          "(…/api/dataValueSets is posted to); empty: no push")
+    hmis_username: str = ""
+    hmis_password: str = ""
+    hmis_token: str = Field(default="", description="A DHIS2 personal access token, sent "
+                            "instead of the username and password when set")
+    hmis_timeout_seconds: float = Field(default=30.0, gt=0)
+    hmis_mapping_file: str = Field(default="", description="A JSON mapping of diseases and "
+                                   "syndromes to the instance's data elements; empty: the "
+                                   "shipped platform_api/public_health/data/hmis_mapping.json")
+
+    # Revenue cycle (platform_api/rcm): the payers' APIs and the fraud rules' limits
+    rcm_payers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON: {"<payer key, e.g. nhif>": {"name": ..., '
+        '"base_url": ..., "format": "fhir" | "own", "api_key": ..., "timeout_seconds": 15}}')
+    rcm_fraud_max_quantity: int = Field(default=60, gt=0, description="A claim line with "
+                                        "more units than this is flagged as impossible")
+
+    # AI-assisted tools and the model registry (platform_api/ai)
+    ai_model_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="Largest "
+                                    "ONNX model accepted (the request body limit applies "
+                                    "too)")
+    ai_inference_threads: int = Field(default=1, ge=0, description="onnxruntime intra-op "
+                                      "threads per model (0: onnxruntime's default)")
+    ai_image_max_pixels: int = Field(default=40_000_000, gt=0, description="Largest image "
+                                     "(width x height) decoded for inference")
+    ai_device_stale_seconds: float = Field(default=6 * 3600.0, gt=0, description="A device "
+                                           "silent this long is listed as stale")
+    ai_cloud_url: str = Field(default="", description="Base URL of the remote inference "
+                              "endpoint (empty: cloud inference is not configured)")
+    ai_cloud_protocol: Literal["kserve-v2", "openai"] = Field(
+        default="kserve-v2", description="kserve-v2 (Open Inference Protocol) | openai "
+        "(chat completions)")
+    ai_cloud_api_key: str = ""
+    ai_cloud_model: str = Field(default="", description="The model to call when a request "
+                                "names none")
+    ai_cloud_timeout_seconds: float = Field(default=30.0, gt=0)
+    ai_cloud_max_request_bytes: int = Field(default=1024 * 1024, gt=0)
+    ai_cloud_max_response_bytes: int = Field(default=1024 * 1024, gt=0)
+    ai_cloud_send_patient_identifiers: bool = Field(default=False, description="Allow "
+                                                    "patient identifiers in what is sent")
+    # master patient index (platform_api/mpi) and cross-border lookup (cross_border.py)
+    mpi_link_threshold: float = Field(default=0.99, gt=0, le=1, description="Match "
+                                      "probability from which a pair is linked at once "
+                                      "(grade certain)")
+    mpi_review_threshold: float = Field(default=0.90, gt=0, le=1, description="From here "
+                                        "to the link threshold a pair is a candidate for "
+                                        "review (grade probable)")
+    mpi_possible_threshold: float = Field(default=0.50, gt=0, le=1, description="Lowest "
+                                          "probability a match answers (grade possible)")
+    mpi_auto_link: bool = Field(default=True, description="Compare every new or changed "
+                                "Patient in the background and link certain pairs")
+    mpi_model: dict[str, dict[str, list[float]]] = Field(
+        default_factory=dict, description='JSON {"<field>": {"<level>": [m, u]}} replacing '
+        "the defaults of platform_api/mpi/matching.py (e.g. as estimated by bench/mpi.py)")
+    mpi_prior: float = Field(default=1e-4, gt=0, lt=1, description="The chance that a "
+                             "compared pair is a match, before comparing")
+    mpi_national_id_systems: list[str] = Field(default_factory=list, description="Identifier "
+                                               "systems of national ids (identifiers typed "
+                                               "NI count too)")
+    mpi_default_region: str = Field(default="KE", description="Region of phone numbers "
+                                    "written without a country code")
+    cross_border_exchanges: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description='JSON {"<country>": {"base_url", "identifier_system",'
+        ' "auth": "none" | "api_key" | "oauth2", "api_key"?, "api_key_header"?, "token_url"?, '
+        '"client_id"?, "client_secret"?, "scope"?, "timeout_seconds"?}}')
+    cross_border_cache_seconds: float = Field(default=300.0, ge=0)
+    cross_border_retries: int = Field(default=2, ge=0, le=5)
 
     @cached_property
     def store_url(self) -> str:

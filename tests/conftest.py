@@ -43,6 +43,9 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": tmp_path, "argon2_time_cost": 1, "argon2_memory_kib": 8192,
         "access_log": False, "log_level": "WARNING",
+        # The MPI links certain duplicates in the background, writing Patient.link: on in
+        # its own tests (tests/platform_api/mpi), off where tests count versions.
+        "mpi_auto_link": False,
     }
     if APP_STORE == "mongodb":
         from tests.contract.conftest import store_url

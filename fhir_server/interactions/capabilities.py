@@ -73,10 +73,13 @@ def _resource(registry: SearchRegistry, resource_type: str,
     }
     resource["operation"] = [VALIDATE]
     if resource_type == "Patient":
-        resource["operation"].append({
+        resource["operation"] += [{
             "name": "everything",
             "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
-        })
+        }, {
+            "name": "match",
+            "definition": "http://hl7.org/fhir/OperationDefinition/Patient-match",
+        }]
     return resource
 
 

@@ -88,6 +88,9 @@ INVOICE_TAG = "urn:healthplatform:invoice"
 METHOD_EXTENSION = "urn:healthplatform:payment-method"
 RECEIPTS = "invoice_receipts"
 ICD10 = "http://hl7.org/fhir/sid/icd-10"
+# A claim's stage in the revenue cycle (platform_api/rcm): FHIR Claim.status has only
+# draft / active / cancelled, so the stage of an active claim is this tag.
+CLAIM_STAGE = "urn:healthplatform:claim-stage"
 INVOICE_CREATED = "platform.billing.invoice_created"
 PAYMENT_RECORDED = "platform.billing.payment_recorded"
 CLAIM_SUBMITTED = "platform.billing.claim_submitted"
@@ -414,9 +417,14 @@ def payment_to_fhir(body: PaymentCreate, invoice: JSON, receipt: int) -> JSON:
 
 
 # -- claims ---------------------------------------------------------------------------------------
+def insurer_key(insurer: str) -> str:
+    """The key of an insurer's name ("Jubilee Insurance" → ``jubilee-insurance``): its
+    Coverage identifiers' system, and its payer settings in the revenue-cycle area."""
+    return re.sub(r"[^a-z0-9]+", "-", insurer.lower()).strip("-") or "insurer"
+
+
 def _insurer_system(insurer: str) -> str:
-    return "urn:healthplatform:insurer:" + (re.sub(r"[^a-z0-9]+", "-", insurer.lower())
-                                            .strip("-") or "insurer")
+    return "urn:healthplatform:insurer:" + insurer_key(insurer)
 
 
 def coverage_for(body: ClaimCreate) -> JSON:
@@ -434,6 +442,7 @@ def claim_to_fhir(body: ClaimCreate, org_id: str, coverage_id: str) -> JSON:
     diagnosis_sequences = list(range(1, len(body.diagnoses) + 1))
     return {
         "resourceType": "Claim", "status": "active", "use": "claim", "created": now_instant(),
+        "meta": {"tag": [{"system": CLAIM_STAGE, "code": "submitted"}]},
         "identifier": [{"system": organization_identifier_system(org_id, "claim"),
                         "value": _number("CLM")}],
         "type": concept(body.type, "http://terminology.hl7.org/CodeSystem/claim-type",
@@ -485,6 +494,7 @@ def claim_view(claim: JSON) -> JSON:
 claims = Facade(
     resource="Claim", name="Claim", create=ClaimCreate, view=ClaimView, query=ClaimQuery,
     to_fhir=_no_payload, from_fhir=claim_view, scope=OrganizationScope(), sort="-created",
+    fixed=(("use", "claim"),),  # not the pre-authorizations (Claims too)
     tags=["billing"], summaries={"list": "List an organization's insurance claims"},
 )
 

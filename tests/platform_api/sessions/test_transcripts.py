@@ -4,13 +4,11 @@ corrected by people."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from tests.conftest import make_settings
 from tests.platform_api.scheduling.conftest import served
@@ -26,6 +24,7 @@ from tests.platform_api.sessions.conftest import (
     wav_bytes,
 )
 from tests.platform_api.sessions.stt_standin import SpeechToTextStandIn
+from tests.stand_ins import serving
 
 JSON = dict[str, Any]
 KEY = "sk-kisumu-test-0123456789"
@@ -79,23 +78,11 @@ async def _some(found: list[JSON]) -> bool:
     return bool(found)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def stt() -> AsyncIterator[tuple[SpeechToTextStandIn, str]]:
     stand_in = SpeechToTextStandIn(KEY)
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serving(stand_in.app()) as url:
+        yield stand_in, url + "/v1"
 
 
 async def test_the_http_provider_sends_the_audio_to_the_service(tmp_path: Path, stt) -> None:
