@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.marketplace import catalog, inventory, orders
+from platform_api.marketplace import catalog, inventory, orders, purchasing
 
 router = APIRouter()
-for _module in (catalog, inventory, orders):
+for _module in (catalog, inventory, orders, purchasing):
     router.include_router(_module.router)
 
 __all__ = ["router"]

@@ -64,11 +64,11 @@ def _json_decimal(amount: Decimal) -> Any:
     return float(amount)
 
 
-def money_view(money: JSON | None) -> JSON | None:
+def money_view(money: JSON | None) -> Money | None:
     if not money or money.get("value") is None:
         return None
     amount = Decimal(str(money["value"])).quantize(Decimal("0.01"))
-    return {"value": str(amount), "currency": money.get("currency", "")}
+    return Money(value=str(amount), currency=money.get("currency", ""))
 
 
 def money_decimal(money: JSON | None) -> Decimal:

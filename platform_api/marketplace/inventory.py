@@ -176,7 +176,8 @@ async def write_stock(ctx: ApiContext, unit: Any, current: JSON | None, changed:
         staged = await unit.update(changed, if_match=int(current["meta"]["versionId"]))
     was_low = current is not None and stock_of(current).low
     if stock_of(changed).low and not was_low:
-        unit.emit(TOPIC + "stock_low", low_event(changed), source_service="marketplace")
+        unit.emit(TOPIC + "stock_low", low_event({**changed, "id": staged.id}),
+                  source_service="marketplace")
     return staged
 
 
@@ -196,9 +197,9 @@ async def adjust_stock(body: StockAdjust, ctx: ApiContext = Depends(api_context)
         try:
             async with unit:
                 staged = await write_stock(ctx, unit, current, changed)
-                unit.emit(TOPIC + "stock_adjusted", {**low_event(changed), "reason": body.reason,
-                                                     "delta": delta},
-                          source_service="marketplace")
+                unit.emit(TOPIC + "stock_adjusted", {
+                    **low_event({**changed, "id": staged.id}), "reason": body.reason,
+                    "delta": delta}, source_service="marketplace")
                 await unit.commit()
         except (VersionConflict, ConditionChanged):
             continue

@@ -375,7 +375,8 @@ async def checkout(body: Checkout, ctx: ApiContext = Depends(api_context)) -> An
         totals: dict[str, Decimal] = {}
         for line in lines:
             totals[line.currency] = totals.get(line.currency, Decimal(0)) + line.total
-        return created(CheckoutView(cart_id=cart_id, orders=views, totals=[
+        return created(CheckoutView(cart_id=cart_id, orders=[
+            OrderView.model_validate(v) for v in views], totals=[
             Money(value=str(v.quantize(Decimal("0.01"))), currency=c)
             for c, v in sorted(totals.items())]).model_dump())
     raise ApiError(409, "STOCK_BUSY", "The stock kept changing while reserving; try again")

@@ -15,7 +15,7 @@ from platform_api.policy.roles import ORG_PHARMACIST
 from platform_api.settings import Settings
 from tests.conftest import add_member, make_settings, register_and_login
 from tests.platform_api.clinic import Clinic
-from tests.platform_api.clinic import clinic as clinic  # noqa: F401 (the fixture)
+from tests.platform_api.clinic import clinic as clinic
 from tests.platform_api.marketplace.standin import TOKEN, SupplierSystems
 from tests.platform_api.payments.stand_ins import serving
 
