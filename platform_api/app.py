@@ -39,6 +39,7 @@ from platform_api import (
     feedback,
     health,
     labs,
+    marketplace,
     mpi,
     organizations,
     patients,
@@ -376,6 +377,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(payments.router)
     app.include_router(sessions.router)
+    app.include_router(marketplace.router)
     app.include_router(rcm.router)
     app.include_router(public_health.router)
     app.include_router(workforce.router)

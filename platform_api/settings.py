@@ -266,6 +266,15 @@ class Settings(BaseSettings):
                                  "every read and write of clinical data")
     clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)
     clinical_audit_batch: int = Field(default=500, gt=0)
+    # Medical supply marketplace (platform_api/marketplace/)
+    marketplace_feeds: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description='Supplier catalogue feeds by name: {"url": ..., '
+        '"format": "csv" | "json", "token": bearer token (optional), "supplier_id": the '
+        'supplier Organization (optional), "currency": default ISO 4217 code}')
+    marketplace_stock_system_url: str = Field(default="", description="Base URL of the "
+                                              "external stock system; empty: no sync")
+    marketplace_stock_system_token: str = ""
+    marketplace_http_timeout_seconds: float = Field(default=20.0, gt=0)
     # Public health and surveillance (platform_api/public_health): the HMIS (DHIS2) server
     # pushes go to, how to sign in to it, and the mapping of counts to its data elements
     hmis_url: str = Field(default="", description="Base URL of the DHIS2 instance "

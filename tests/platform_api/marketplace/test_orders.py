@@ -1,0 +1,111 @@
+"""Stock, orders and checkout: adjustments with reasons, low stock, orders through their
+status table, and checkouts racing for the last units (one wins, stock never negative)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.platform_api.clinic import refusal
+
+ADJUST = "/api/marketplace/inventory/adjust"
+
+
+async def receive(market: Any, sku: str, quantity: int, *, lot: str = "L1",
+                  expiry: str = "2031-01-31", reorder_level: int | None = None) -> dict:
+    body: dict[str, Any] = {"facility_id": market.facilities["mathare"],
+                            "product_id": market.products[sku]["id"], "reason": "received",
+                            "quantity": quantity, "lot_number": lot, "expiry_date": expiry}
+    if reorder_level is not None:
+        body["reorder_level"] = reorder_level
+    response = await market.post("seller_pharmacist", ADJUST, body)
+    assert response.status_code == 200, response.text
+    return response.json()["data"]  # type: ignore[no-any-return]
+
+
+def line(market: Any, sku: str, quantity: int) -> dict[str, Any]:
+    return {"product_id": market.products[sku]["id"], "quantity": quantity,
+            "source_facility_id": market.facilities["mathare"]}
+
+
+async def test_stock_is_adjusted_with_a_reason_and_low_stock_is_listed(market):
+    stock = await receive(market, "AMX-500-100", 40, reorder_level=30)
+    assert stock["on_hand"] == 40 and stock["low"] is False
+    dispensed = await market.post("seller_pharmacist", ADJUST, {
+        "facility_id": market.facilities["mathare"],
+        "product_id": market.products["AMX-500-100"]["id"], "reason": "dispensed",
+        "quantity": 15})
+    assert dispensed.json()["data"]["on_hand"] == 25 and dispensed.json()["data"]["low"]
+    assert dispensed.json()["data"]["last_change"]["reason"] == "dispensed"
+    too_many = await market.post("seller_pharmacist", ADJUST, {
+        "facility_id": market.facilities["mathare"],
+        "product_id": market.products["AMX-500-100"]["id"], "reason": "expired",
+        "quantity": 26})
+    assert refusal(too_many) == (409, "INSUFFICIENT_STOCK")
+    low = await market.get("other_admin", "/api/marketplace/inventory/low-stock")
+    assert [s["on_hand"] for s in low.json()["data"]] == [25]
+    # the buyer's staff neither see nor change the seller's stock
+    assert (await market.get("admin", "/api/marketplace/inventory")).json()["data"] == []
+    refused = await market.post("nurse", ADJUST, {
+        "facility_id": market.facilities["mathare"],
+        "product_id": market.products["AMX-500-100"]["id"], "reason": "received",
+        "quantity": 5, "lot_number": "L1", "expiry_date": "2031-01-31"})
+    assert refused.status_code == 403
+
+
+async def test_an_order_moves_through_its_table_and_releases_stock_when_cancelled(market):
+    await receive(market, "ORS-20", 100)
+    placed = await market.post("pharmacist", "/api/marketplace/orders", {
+        **line(market, "ORS-20", 30), "organization_id": market.org_id})
+    assert placed.status_code == 201, placed.text
+    order = placed.json()["data"]
+    assert order["line_total"] == {"value": "10.50", "currency": "KES"}  # 30 x 0.35
+    url = f"/api/marketplace/orders/{order['id']}"
+    assert order["status"] == "draft"
+    submitted = await market.post("pharmacist", f"{url}/transition", {"to": "submitted"})
+    assert submitted.status_code == 200 and submitted.json()["data"]["status"] == "submitted"
+    verified = await market.post("pharmacist", f"{url}/verify", {})
+    assert verified.status_code == 200, verified.text
+    wrong = await market.post("pharmacist", f"{url}/transition", {"to": "delivered"})
+    assert refusal(wrong) == (409, "INVALID_TRANSITION")
+    stock = (await market.get("seller_pharmacist", "/api/marketplace/inventory",
+                              facility_id=market.facilities["mathare"])).json()["data"]
+    assert stock[0]["on_hand"] == 70  # reserved
+    cancelled = await market.client.delete(url, headers=market.h("pharmacist"))
+    assert cancelled.status_code == 200 and cancelled.json()["data"]["status"] == "cancelled"
+    stock = (await market.get("seller_pharmacist", "/api/marketplace/inventory",
+                              facility_id=market.facilities["mathare"])).json()["data"]
+    assert stock[0]["on_hand"] == 100  # released
+    assert (await market.get("stranger", url)).status_code in (403, 404)
+
+
+async def test_two_checkouts_racing_for_the_last_units_one_wins(market):
+    await receive(market, "AMX-500-100", 10)
+    cart = {"organization_id": market.org_id, "items": [line(market, "AMX-500-100", 8)]}
+    first, second = await asyncio.gather(
+        market.post("pharmacist", "/api/marketplace/cart/checkout", cart),
+        market.post("admin", "/api/marketplace/cart/checkout", cart))
+    statuses = sorted([first.status_code, second.status_code])
+    assert statuses == [201, 409], (first.text, second.text)
+    loser = first if first.status_code == 409 else second
+    assert refusal(loser) == (409, "INSUFFICIENT_STOCK")
+    winner = (first if first.status_code == 201 else second).json()["data"]
+    assert winner["totals"] == [{"value": "100.00", "currency": "KES"}]
+    stock = (await market.get("seller_pharmacist", "/api/marketplace/inventory",
+                              facility_id=market.facilities["mathare"])).json()["data"]
+    assert stock[0]["on_hand"] == 2
+
+
+async def test_emergency_routing_lists_facilities_with_enough_unexpired_stock(market):
+    await receive(market, "ORS-20", 50)
+    await receive(market, "ORS-20", 500, lot="OLD", expiry="2020-01-01")  # expired: unusable
+    routed = await market.post("nurse", "/api/marketplace/emergency-routing", {
+        "product_id": market.products["ORS-20"]["id"], "quantity": 40,
+        "latitude": -1.2921, "longitude": 36.8219})
+    assert routed.status_code == 200, routed.text
+    [found] = routed.json()["data"]
+    assert found["facility_id"] == market.facilities["mathare"]
+    none = await market.post("nurse", "/api/marketplace/emergency-routing", {
+        "product_id": market.products["ORS-20"]["id"], "quantity": 60,
+        "latitude": -1.2921, "longitude": 36.8219})
+    assert none.json()["data"] == []
