@@ -77,7 +77,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[Any]:
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         yield application
 
 

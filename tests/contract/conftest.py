@@ -125,7 +125,7 @@ async def serving(adapter: str, directory: Path) -> AsyncIterator[tuple[Any, htt
     url = store_url(adapter, directory)
     app = create_app(make_settings(directory, store=url))
     try:
-        async with LifespanManager(app):
+        async with LifespanManager(app, startup_timeout=30):
             transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
             async with httpx.AsyncClient(transport=transport,
                                          base_url="http://testserver") as c:

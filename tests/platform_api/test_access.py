@@ -244,7 +244,7 @@ async def test_a_route_missing_from_the_table_is_reported_and_closed_to_api_keys
 
     assert ("GET", "/api/experimental/whoami") in unlisted_routes(ACCESS_TABLE,
                                                                    application.routes)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             # Its own dependency still asks for a token...

@@ -198,7 +198,7 @@ def smtp_port() -> Iterator[int]:
 async def admin_client(tmp_path: Path, **overrides: Any
                        ) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, str]]]:
     application = create_app(make_settings(tmp_path, **overrides))
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             person = await register_and_login(c)

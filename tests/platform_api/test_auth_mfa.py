@@ -244,7 +244,7 @@ async def test_an_expired_mfa_token_is_refused(
 
 async def test_mfa_attempts_are_limited_per_account(tmp_path: Path) -> None:
     application = create_app(make_settings(tmp_path, rate_limits={"mfa": "4/300"}))
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         application.state.services.auth.mfa.clock = lambda: NOW
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:

@@ -404,7 +404,7 @@ async def test_anonymous_calls_only_when_the_setting_allows_them(tmp_path: Path)
     from platform_api.app import create_app
 
     application = create_app(make_settings(tmp_path, cds_allow_anonymous=True))
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as anonymous:
             response = await anonymous.post("/cds-services/drug-interactions", json=sign_request(

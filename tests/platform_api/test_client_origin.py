@@ -45,7 +45,7 @@ def test_a_wrong_entry_stops_the_start_with_a_clear_message(tmp_path: Path) -> N
 
 async def last_login_ip(tmp_path: Path, **settings: Any) -> str:
     app = create_app(make_settings(tmp_path, **settings))
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app, client=(LB, 50123))
         async with httpx.AsyncClient(transport=transport, base_url="https://hp.example",
                                      headers={"X-Forwarded-For": "203.0.113.7",

@@ -32,7 +32,7 @@ async def test_internal_error_leaks_no_stack_trace(tmp_path):
         raise RuntimeError("secret database password is hunter2")
 
     app.include_router(router)
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             response = await client.get("/api/boom", headers={"X-Request-ID": "api-boom-1"})
@@ -100,7 +100,7 @@ async def test_fhir_errors_are_operation_outcomes_on_the_fhir_path(tmp_path, mon
     from tests.conftest import register_and_login
 
     app = create_app(make_settings(tmp_path))
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             anonymous = await client.get("/fhir/Patient/p1")

@@ -261,7 +261,7 @@ async def test_the_app_delivers_its_events_through_nats_when_configured(tmp_path
         created.append(event["payload"])
     app.state.services.bus.subscribe("platform.auth.user_created", make_doctor_profile,
                                      consumer="doctor_profiles")
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         import httpx
 
         transport = httpx.ASGITransport(app=app)
@@ -287,7 +287,7 @@ async def test_a_dead_letter_of_a_nats_consumer_is_retried_from_the_admin_api(tm
         dispensed.append(event["payload"]["prescription_id"])
     app.state.services.bus.subscribe("platform.prescription.created", dispense,
                                      consumer="dispensing")
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         import httpx
 
         from tests.conftest import make_admin

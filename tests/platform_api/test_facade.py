@@ -205,7 +205,7 @@ async def kit(tmp_path) -> Any:
     app = create_app(make_settings(tmp_path))
     app.include_router(router)
     app.include_router(ward_router)
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             yield app, client

@@ -90,7 +90,7 @@ async def test_the_server_runs_housekeeping_on_its_interval(tmp_path):
     settings = make_settings(tmp_path, housekeeping_interval_seconds=0.05,
                              hl7_record_retention_days=1)
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         store = services_of(application.state).store
         async with store.unit_of_work() as uow:  # a record received two days ago
             uow.put_document(MESSAGES, "LAB|FAC|OLD", {

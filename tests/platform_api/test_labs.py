@@ -290,7 +290,7 @@ async def test_a_dead_lettered_message_is_stored_when_its_event_is_retried(app, 
 async def test_the_app_serves_mllp_when_enabled(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, mllp_enabled=True, mllp_port=0)
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         server = application.state.services.extras[MLLP_SERVER]
         async with MLLPClient("127.0.0.1", server.port) as client:
             reply = await client.send(oru("APP-MLLP-1"))
@@ -302,7 +302,7 @@ async def test_the_app_serves_mllp_over_tls_with_the_https_certificate(tmp_path:
     settings = make_settings(tmp_path, mllp_enabled=True, mllp_port=0,
                              tls_cert_file=str(cert), tls_key_file=str(key))
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         port = application.state.services.extras[MLLP_SERVER].port
         results = await send_files([_write(tmp_path, oru("TLS-APP-1"))], "localhost", port,
                                    tls=client_tls_context(str(cert)))

@@ -28,7 +28,7 @@ PASSWORD = "correct horse battery"
 async def running(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     """The whole app with these settings, and a client speaking to it."""
     application = create_app(make_settings(tmp_path, **overrides))
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             yield application, c

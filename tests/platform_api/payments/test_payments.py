@@ -157,7 +157,7 @@ async def test_an_unreachable_provider_is_503_and_nothing_is_kept(tmp_path, stk,
                                           "mobile_money_a_base_url":
                                           f"http://127.0.0.1:{free_port()}"})
     app = create_app(settings)
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             payer = await register_and_login(c)

@@ -206,7 +206,7 @@ async def test_a_push_without_an_hmis_configured_is_503(tmp_path: Path):
     from tests.conftest import make_clinic_admin
 
     app = create_app(make_settings(tmp_path))
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             founder = await make_clinic_admin(client)

@@ -103,7 +103,7 @@ async def other_clinic(client: httpx.AsyncClient) -> JSON:
 async def served(settings: Settings) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     """An app of its own (settings of a test's choosing) and a client of it."""
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             yield application, client

@@ -128,7 +128,8 @@ async def test_racing_bookings_of_one_new_patient_register_it_once(client, clini
 
 async def test_racing_bookings_across_two_apps_on_one_store(tmp_path, settings) -> None:
     first, second = create_app(settings), create_app(make_settings(tmp_path))
-    async with LifespanManager(first), LifespanManager(second):
+    async with LifespanManager(first, startup_timeout=30), \
+            LifespanManager(second, startup_timeout=30):
         one = httpx.AsyncClient(transport=httpx.ASGITransport(app=first),
                                 base_url="http://one")
         two = httpx.AsyncClient(transport=httpx.ASGITransport(app=second),

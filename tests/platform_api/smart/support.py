@@ -239,7 +239,7 @@ async def seed(settings: Any, **metadata: Any) -> Seeded:
     from platform_api.app import create_app
 
     application = create_app(settings)
-    async with LifespanManager(application):
+    async with LifespanManager(application, startup_timeout=30):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             clinic = await make_clinic(application, c)

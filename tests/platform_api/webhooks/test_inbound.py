@@ -100,7 +100,7 @@ async def test_the_answer_does_not_wait_for_a_slow_consumer(app, secure):
 
 async def test_an_endpoint_without_its_secret_answers_503_so_the_platform_retries(tmp_path):
     app = create_app(make_settings(tmp_path))
-    async with LifespanManager(app):
+    async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="https://testserver") as c:
             body = body_of(CHECKOUT)
