@@ -109,3 +109,40 @@ async def test_emergency_routing_lists_facilities_with_enough_unexpired_stock(ma
         "product_id": market.products["ORS-20"]["id"], "quantity": 60,
         "latitude": -1.2921, "longitude": 36.8219})
     assert none.json()["data"] == []
+
+
+async def test_inventory_sync_takes_the_stock_systems_counts(market, suppliers):
+    suppliers.stock["MNHC-STORE"] = [
+        {"gtin": "06151100012345", "lot": "S1", "expiry": "2030-05-31", "quantity": 25},
+        {"gtin": "00000000000000", "lot": "S2", "expiry": "2030-05-31", "quantity": 5},
+        {"gtin": "06151100054321", "lot": "S3", "expiry": "2030-05-31", "quantity": -1}]
+    body = {"facility_id": market.facilities["mathare"]}
+    synced = await market.post("seller_pharmacist", "/api/marketplace/inventory/sync", body)
+    assert synced.status_code == 200, synced.text
+    result = synced.json()["data"]
+    assert (result["updated"], result["unchanged"]) == (1, 0)
+    assert [r["field"] for r in result["rejected"]] == ["gtin", "quantity"]
+    [stock] = (await market.get("seller_pharmacist", "/api/marketplace/inventory",
+                                facility_id=market.facilities["mathare"])).json()["data"]
+    assert stock["on_hand"] == 25 and stock["last_change"]["reason"] == "count-correction"
+    again = (await market.post("seller_pharmacist", "/api/marketplace/inventory/sync",
+                               body)).json()["data"]
+    assert (again["updated"], again["unchanged"]) == (0, 1)
+    assert (await market.post("pharmacist", "/api/marketplace/inventory/sync",
+                              body)).status_code == 403  # the buyer's: not their facility
+
+
+async def test_orders_are_listed_to_the_buyer_and_the_seller_only(market):
+    await receive(market, "ORS-20", 10)
+    placed = await market.post("pharmacist", "/api/marketplace/orders", {
+        **line(market, "ORS-20", 2), "organization_id": market.org_id})
+    order_id = placed.json()["data"]["id"]
+    for who in ("pharmacist", "seller_pharmacist"):
+        listed = await market.get(who, "/api/marketplace/orders")
+        assert [o["id"] for o in listed.json()["data"]] == [order_id], who
+        got = await market.get(who, f"/api/marketplace/orders/{order_id}")
+        assert got.json()["data"]["quantity"] == 2
+    stranger = await market.get("stranger", "/api/marketplace/orders")
+    assert stranger.status_code == 403  # no organization: no orders to see
+    drafts = await market.get("pharmacist", "/api/marketplace/orders", status="submitted")
+    assert drafts.json()["data"] == []
