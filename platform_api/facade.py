@@ -422,8 +422,9 @@ class Facade:
     name: str
     create: type[BaseModel]
     view: type[BaseModel]
-    to_fhir: ToFhir
     from_fhir: FromFhir
+    # None for a facade whose writes are its own routes (no generated create or update)
+    to_fhir: ToFhir | None = None
     update: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     scope: Scope | None = None
@@ -525,7 +526,7 @@ class Facade:
         resource (as committed: no re-read)."""
         if self.prepare is not None:
             payload = await self.prepare(ctx, payload)
-        resource = self.to_fhir(payload, ctx, None)
+        resource = self._mapper()(payload, ctx, None)
         value = self._scope_value(ctx)
         if self.scope is not None and value is not None:
             resource = self.scope.stamp(resource, value)
@@ -555,13 +556,18 @@ class Facade:
     def _event_payload(self, resource: JSON) -> JSON:
         return self.events.payload(resource) if self.events.payload else self.from_fhir(resource)
 
+    def _mapper(self) -> ToFhir:
+        if self.to_fhir is None:
+            raise TypeError(f"The {self.name} facade maps no payload to FHIR (to_fhir)")
+        return self.to_fhir
+
     def _source(self) -> str:
         return (self.tags or [self.name.lower()])[0]
 
     async def update_from(self, ctx: ApiContext, resource_id: str, payload: JSON) -> JSON:
         async def once() -> JSON:
             current = await self.load(ctx, resource_id)
-            changed = self.to_fhir(payload, ctx, current)
+            changed = self._mapper()(payload, ctx, current)
             alongside = self.alongside
 
             async def along(unit: FhirUnit, resource: JSON) -> JSON:
@@ -596,6 +602,8 @@ class Facade:
               update_method: str = "PUT") -> None:
         """Mount the CRUD routes ``ops`` under ``prefix``; ``facade.route`` and
         ``facade.action`` then add routes under the same prefix."""
+        if self.to_fhir is None and {"create", "update"} & set(ops):
+            raise TypeError(f"The {self.name} facade needs to_fhir to mount create/update")
         self._router, self._prefix = router, prefix
         said = {"list": f"List {self.name} records", "create": f"Create a {self.name}",
                 "get": f"Get a {self.name}", "update": f"Update a {self.name}",

@@ -171,13 +171,10 @@ def admission_from_fhir(encounter: JSON) -> JSON:
     ).model_dump()
 
 
-def _no_payload(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise NotImplementedError("admissions are written by their own routes")
-
 
 admissions = Facade(
     resource="Encounter", name="Admission", create=AdmissionCreate, view=AdmissionView,
-    query=AdmissionQuery, to_fhir=_no_payload, from_fhir=admission_from_fhir,
+    query=AdmissionQuery, from_fhir=admission_from_fhir,
     scope=OrganizationScope(), fixed=[("class", f"{ACT_CODE}|IMP")], sort="-date",
     statuses=ADMISSION_STATUS, tags=["organizations"],
     summaries={"list": "List an organization's admissions (inpatient stays), newest first"},

@@ -382,13 +382,10 @@ async def payment_views(ctx: ApiContext, payments: list[JSON]) -> list[JSON]:
                          paid.get(_invoice_of(p) or "", Decimal(0))) for p in payments]
 
 
-def _no_payload(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise NotImplementedError("payments are recorded by their own route")
-
 
 payments = Facade(
     resource="PaymentReconciliation", name="Payment", create=PaymentCreate, view=PaymentView,
-    query=PaymentQuery, to_fhir=_no_payload, from_fhir=payment_view, views=payment_views,
+    query=PaymentQuery, from_fhir=payment_view, views=payment_views,
     scope=OrganizationScope(), sort="-created", tags=["billing"],
     summaries={"list": "List an organization's payments (invoice_id: one invoice's)"},
 )
@@ -493,7 +490,7 @@ def claim_view(claim: JSON) -> JSON:
 
 claims = Facade(
     resource="Claim", name="Claim", create=ClaimCreate, view=ClaimView, query=ClaimQuery,
-    to_fhir=_no_payload, from_fhir=claim_view, scope=OrganizationScope(), sort="-created",
+    from_fhir=claim_view, scope=OrganizationScope(), sort="-created",
     fixed=(("use", "claim"),),  # not the pre-authorizations (Claims too)
     tags=["billing"], summaries={"list": "List an organization's insurance claims"},
 )

@@ -212,20 +212,17 @@ class ConversationScope(OrganizationScope):
         await require_member(ctx, value)
 
 
-def _no_payload(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise NotImplementedError("conversations are created by their own route")
-
 
 conversations = Facade(
     resource="Communication", name="Conversation", create=ConversationCreate,
-    view=ConversationView, to_fhir=_no_payload, from_fhir=conversation_view,
+    view=ConversationView, from_fhir=conversation_view,
     scope=ConversationScope(), fixed=[("category", f"{CATEGORY_SYSTEM}|conversation")],
     list_criteria=_participation, sort="-sent", tags=["messaging"],
     summaries={"list": "The conversations the caller takes part in"},
 )
 messages = Facade(
     resource="Communication", name="Message", create=MessageCreate, view=MessageView,
-    to_fhir=_no_payload, from_fhir=message_view, scope=ConversationScope(),
+    from_fhir=message_view, scope=ConversationScope(),
     fixed=[("category", f"{CATEGORY_SYSTEM}|message")], sort="sent", tags=["messaging"],
 )
 

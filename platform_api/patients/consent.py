@@ -240,13 +240,10 @@ def _event(consent: JSON, by: str) -> JSON:
             "by": by}
 
 
-def _not_written_here(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise AssertionError("consents are written by the grant and request routes")
-
 
 consents = Facade(
     resource="Consent", name="Consent", create=GrantRequest, view=ConsentView,
-    query=ConsentQuery, to_fhir=_not_written_here, from_fhir=consent_view,
+    query=ConsentQuery, from_fhir=consent_view,
     statuses=CONSENT_STATUS, list_criteria=mine("patient", clinician=_naming_me),
     sort="-_lastUpdated", tags=["consent"],
     summaries={"list": "Your consents (role=patient: the ones you gave; clinician: those "

@@ -230,13 +230,10 @@ async def _only_self_or_admin(ctx: ApiContext, query: Any) -> list[tuple[str, st
     return []
 
 
-def _not_written_here(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise AssertionError("erasure requests are written by their route")
-
 
 requests = Facade(
     resource="Task", name="Data subject request", create=ErasureRequest,
-    view=DataRequestView, to_fhir=_not_written_here, from_fhir=request_view,
+    view=DataRequestView, from_fhir=request_view,
     scope=PatientScope("patient"), fixed=[("code", f"{TASK_CODES}|erasure-request")],
     statuses=ERASURE_STATUS, list_criteria=_only_self_or_admin, sort="-authored-on",
     tags=["data subject rights"],

@@ -283,13 +283,10 @@ def _stage_criteria(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
     return [("_tag", f"{CLAIM_STAGE}|{stage}")]
 
 
-def _unused(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise NotImplementedError("claims are written by their own routes")
-
 
 claims = Facade(
     resource="Claim", name="Claim", create=RcmClaimCreate, update=RcmClaimUpdate,
-    view=RcmClaimView, query=RcmClaimQuery, to_fhir=_unused, from_fhir=rcm_claim_view,
+    view=RcmClaimView, query=RcmClaimQuery, from_fhir=rcm_claim_view,
     views=claim_views, fixed=(("use", "claim"),), statuses=CLAIM_STATUS, sort="-created",
     list_criteria=_stage_criteria, tags=["rcm"],
     summaries={"list": "List the claims you may see (patient, organization, status)",

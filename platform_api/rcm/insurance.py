@@ -152,13 +152,10 @@ def _limit(quantity: JSON | None) -> str | None:
     return f"{Decimal(str(quantity['value'])).normalize()} {unit}".strip()
 
 
-def _no_create(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise NotImplementedError("insurers publish their plans through /fhir")
-
 
 plans = Facade(
     resource="InsurancePlan", name="Insurance plan", create=PlanQuery, view=PlanView,
-    query=PlanQuery, to_fhir=_no_create, from_fhir=plan_view, fixed=(("status", "active"),),
+    query=PlanQuery, from_fhir=plan_view, fixed=(("status", "active"),),
     sort="name", tags=["rcm"],
     summaries={"list": "The insurance plans on offer (benefits, premiums, networks, "
                        "eligibility)"},
@@ -228,7 +225,7 @@ async def _whose(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
 
 policies = Facade(
     resource="Coverage", name="Policy", create=EnrollRequest, view=PolicyView,
-    query=PolicyQuery, to_fhir=_no_create, from_fhir=policy_view,
+    query=PolicyQuery, from_fhir=policy_view,
     fixed=(("class-type", f"{COVERAGE_CLASS}|plan"),), list_criteria=_whose,
     tags=["rcm"], summaries={"list": "Your insurance policies (or a patient's you may see)"},
 )

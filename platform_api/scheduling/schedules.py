@@ -288,19 +288,16 @@ class ResourceScope(Scope):
         return any(local_id(a) == value for a in resource.get("actor") or [])
 
 
-def _not_mapped(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
-    raise AssertionError("schedules are written with their Slots (see write_schedule)")
-
 
 schedules = Facade(
     resource="Schedule", name="Schedule", create=ScheduleCreate, update=ScheduleUpdate,
-    view=ScheduleView, to_fhir=_not_mapped, from_fhir=schedule_from_fhir,
+    view=ScheduleView, from_fhir=schedule_from_fhir,
     views=schedule_views, tags=["scheduling"],
     summaries={"get": "A schedule, with the booked slots its hours no longer cover"},
 )
 resource_schedules = Facade(
     resource="Schedule", name="Schedule", create=ScheduleCreate, view=ScheduleView,
-    to_fhir=_not_mapped, from_fhir=schedule_from_fhir, views=schedule_views,
+    from_fhir=schedule_from_fhir, views=schedule_views,
     scope=ResourceScope(), tags=["scheduling"],
     summaries={"list": "The schedules of a schedulable resource"},
 )
