@@ -119,8 +119,11 @@ def test_the_real_app_docs_render_every_area_offline(tmp_path, context: BrowserC
         page = context.new_page()
         response = page.goto(f"{url}/docs")
         assert response is not None and response.ok
+        # The first request for /openapi.json builds the document (305 paths, 1.2 MB):
+        # 3 s on a quiet machine, more than the 5 s default wait while the suite runs
+        # beside it (CI saw the page still "loading").
         expect(page.locator(".opblock-post").filter(has_text="/api/auth/login").first
-               ).to_be_visible()
+               ).to_be_visible(timeout=60_000)
         expect(page.locator(".opblock-post").filter(has_text="/api/patients").first
                ).to_be_visible()
         expect(page.locator(".opblock").filter(has_text="/fhir/{resource_type}/{resource_id}")
