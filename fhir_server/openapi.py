@@ -176,6 +176,9 @@ def _path_parameters(route: Route, resource_type: str | None) -> list[JSON]:
 
 def _query_parameters(route: Route, registry: SearchRegistry, resource_type: str | None
                       ) -> list[JSON]:
+    if route.path.endswith("/$export") and route.method == "GET":
+        return [{"$ref": f"#/components/parameters/{name}"}
+                for name in ("_outputFormat", "_type", "_since", "_typeFilter")]
     if route.path.endswith("/$everything"):
         return [{"$ref": "#/components/parameters/_since"},
                 {"$ref": "#/components/parameters/_type"},
@@ -226,6 +229,10 @@ def _request_body(route: Route, registry: SearchRegistry, resource_type: str | N
                 "content": {FHIR_JSON: {"schema": _resource(None)}}}
     if kind == "patch":
         return {"$ref": "#/components/requestBodies/Patch"}
+    if kind == "parameters":
+        return {"required": True, "description": "Parameters: the operation's parameters "
+                "as in its GET form, each a valueString (valueInstant for _since)",
+                "content": {FHIR_JSON: {"schema": _resource("Parameters")}}}
     if kind == "form":
         searched = resource_type or "Resource"
         fields = {p.code: {"type": "string"} for p in _searchable(registry, searched)}
@@ -242,13 +249,23 @@ def _responses(route: Route, resource_type: str | None) -> JSON:
         if status == 304:
             responses["304"] = {"description": STATUS_TEXT[304]}
             continue
-        body = _resource(resource_type) if route.returns == "resource" else _resource(
-            route.returns)
         responses[str(status)] = {"description": _success_text(route, status),
-                                  "content": {FHIR_JSON: {"schema": body}}}
+                                  "content": _success_content(route, resource_type)}
     for status in route.errors:
         responses[str(status)] = {"$ref": f"#/components/responses/Fhir{status}"}
     return responses
+
+
+def _success_content(route: Route, resource_type: str | None) -> JSON:
+    if route.returns == "manifest":  # Bulk Data: a plain JSON manifest (202: no body)
+        return {"application/json": {"schema": {"type": "object", "description":
+                "transactionTime, request, requiresAccessToken, output, error"}}}
+    if route.returns == "ndjson":
+        return {"application/fhir+ndjson": {"schema": {"type": "string", "description":
+                "One resource per line"}}}
+    body = _resource(resource_type) if route.returns == "resource" else _resource(
+        route.returns)
+    return {FHIR_JSON: {"schema": body}}
 
 
 def _success_text(route: Route, status: int) -> str:
@@ -287,7 +304,11 @@ def _components(types: Iterable[str], registry: SearchRegistry) -> JSON:
                   for name, text in (*RESULT_PARAMETERS,
                                      ("_since", "Only what was written at or after"),
                                      ("_at", "The versions current at that instant"),
-                                     ("_type", "Resource types, comma separated"))}
+                                     ("_type", "Resource types, comma separated"),
+                                     ("_outputFormat", "application/fhir+ndjson (the "
+                                      "only format offered)"),
+                                     ("_typeFilter", "Type?search: what of that type to "
+                                      "export (repeatable: any of them)"))}
     # The parameters of every resource (_id, _lastUpdated, _tag...), described once.
     parameters.update({p.code: _search_parameter(p)
                        for p in _searchable(registry, "Resource")})

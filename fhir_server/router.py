@@ -47,6 +47,15 @@ from fhir_server.interactions.context import CALLER, FhirContext
 from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
 from fhir_server.interactions.everything import everything
+from fhir_server.interactions.export import (
+    BULK_EXPORTS,
+    cancel_export,
+    export_file,
+    export_group,
+    export_patients,
+    export_status,
+    export_system,
+)
 from fhir_server.interactions.history import history
 from fhir_server.interactions.match import match
 from fhir_server.interactions.patch import conditional_patch, patch
@@ -102,7 +111,8 @@ async def _metadata(ctx: FhirContext, request: Request) -> Response:
             cache.clear()
         statement = capability_statement(
             base, TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry,
-            security=None if ctx.security is None else ctx.security(base))
+            security=None if ctx.security is None else ctx.security(base),
+            bulk_export=BULK_EXPORTS in ctx.extras)
         cache[key] = (statement, summary_statement(statement))
     return await capabilities(ctx, request, *cache[key])
 
@@ -164,6 +174,22 @@ ROUTES: tuple[FhirRoute, ...] = (
               errors=READ_ERRORS),
     FhirRoute("POST", "/Patient/$match", "Patient/$match (IHE PDQm ITI-119)", match,
               body="validate", errors=(400, 406, 413, 415)),
+    # -- bulk data export (FHIR Bulk Data Access IG 2.0)
+    *(FhirRoute(method, path, f"$export ({level} level)", handler, ok=(202,),
+                returns="OperationOutcome", errors=(400, 404, 406, 415, 429, 501),
+                body="parameters" if method == "POST" else "")
+      for path, level, handler in (("/$export", "system", export_system),
+                                   ("/Patient/$export", "patient", export_patients),
+                                   ("/Group/{group_id}/$export", "group", export_group))
+      for method in ("GET", "POST")),
+    FhirRoute("GET", "/$export-status/{job_id}", "$export status: 202 while running, then "
+              "the manifest", export_status, ok=(200, 202), returns="manifest",
+              errors=(404, 500)),
+    FhirRoute("DELETE", "/$export-status/{job_id}", "$export cancel: stops it and removes "
+              "its files", cancel_export, ok=(202,), returns="OperationOutcome",
+              errors=(404,)),
+    FhirRoute("GET", "/$export-file/{job_id}/{name}", "$export output file (NDJSON)",
+              export_file, returns="ndjson", errors=(404,)),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
               search_compartment, errors=READ_ERRORS),
     FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,

@@ -23,6 +23,7 @@ from fhir_server.access import Access
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
+from fhir_server.interactions.export import BULK_EXPORTS
 from fhir_server.interactions.match import MATCHER as PATIENT_MATCHER
 from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, below_fhir, build_fhir_routes
@@ -31,6 +32,7 @@ from fhir_server.store import ResourceGone, ResourceNotFound, StoreError, store_
 from platform_api import (
     admin,
     ai,
+    bulk_export,
     cds,
     cross_border,
     dead_letters,
@@ -303,6 +305,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     webhooks.install(services)
     payments.install(services)
     public_health.install(services)
+    exports = bulk_export.install(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -321,12 +324,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         mpi.start(services)
         await treatments.start(services)
         housekeeping.start()
+        await exports.start()
         await payments.start(services)
         log.info("healthplatform started with store %s", settings.store_url)
         try:
             yield
         finally:
             await housekeeping.stop()
+            await exports.stop()
             await slot_keeper.stop()
             await cds_runtime.close()
             await payments.stop(services)
@@ -356,7 +361,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
     fhir_routes = build_fhir_routes(FhirContext(
         fhir, settings.base_url, security=smart.capability_security,
-        extras={PATIENT_MATCHER: patient_matcher(services)}), fhir_access)
+        extras={PATIENT_MATCHER: patient_matcher(services), BULK_EXPORTS: exports}),
+        fhir_access)
     app.router.routes[:0] = fhir_routes
     install_openapi(app)
     # CDS Hooks right after /fhir: an EHR waits on every order-sign answer, and FastAPI

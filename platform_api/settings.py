@@ -346,6 +346,13 @@ class Settings(BaseSettings):
     cross_border_cache_seconds: float = Field(default=300.0, ge=0)
     cross_border_retries: int = Field(default=2, ge=0, le=5)
 
+    # FHIR Bulk Data export (fhir_server/bulk, platform_api/bulk_export.py)
+    bulk_export_dir: Path | None = Field(default=None, description="Where export files "
+                                         "go (default <data_dir>/bulk-exports); several "
+                                         "processes need it shared")
+    bulk_export_retention_hours: float = Field(default=24.0, gt=0, description="How long "
+                                               "a finished export's files are kept")
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"

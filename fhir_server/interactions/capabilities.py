@@ -32,6 +32,16 @@ SOFTWARE_VERSION = "0.1.0"
 VALIDATE = {"name": "validate",
             "definition": "http://hl7.org/fhir/OperationDefinition/Resource-validate"}
 
+BULK_DATA = "http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data"
+EXPORT = {"name": "export",
+          "definition": "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export"}
+BULK_LEVELS = {
+    "Patient": {"name": "export", "definition":
+                "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export"},
+    "Group": {"name": "export", "definition":
+              "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export"},
+}
+
 
 def search_params(registry: SearchRegistry, resource_type: str) -> list[dict[str, str]]:
     params = []
@@ -89,9 +99,19 @@ def capability_statement(
     system_interactions: Sequence[str],
     registry: SearchRegistry,
     security: dict[str, Any] | None = None,
+    bulk_export: bool = False,
 ) -> dict[str, Any]:
     resources = [_resource(registry, t, type_interactions) for t in sorted(resource_types())]
-    return {
+    operations: list[dict[str, str]] = [VALIDATE, {
+        "name": "everything",
+        "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
+    }]
+    if bulk_export:
+        operations.append(EXPORT)
+        for resource in resources:
+            if resource["type"] in BULK_LEVELS:
+                resource["operation"].append(BULK_LEVELS[resource["type"]])
+    statement: dict[str, Any] = {
         "resourceType": "CapabilityStatement",
         "status": "active",
         "date": now_instant()[:10],
@@ -120,12 +140,12 @@ def capability_statement(
                 {"name": "_type", "type": "token",
                  "documentation": "Resource types a system search covers"},
             ],
-            "operation": [VALIDATE, {
-                "name": "everything",
-                "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
-            }],
+            "operation": operations,
         }],
     }
+    if bulk_export:
+        statement["instantiates"] = [BULK_DATA]
+    return statement
 
 
 # The elements of CapabilityStatement that R4 marks isSummary (its StructureDefinition),

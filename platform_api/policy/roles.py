@@ -35,7 +35,7 @@ CATEGORIES: Mapping[str, frozenset[str]] = {
         "ClinicalImpression", "Communication", "CommunicationRequest", "Composition",
         "Condition", "DetectedIssue", "DeviceRequest", "DeviceUseStatement",
         "DiagnosticReport", "DocumentManifest", "DocumentReference", "Encounter",
-        "EpisodeOfCare", "FamilyMemberHistory", "Flag", "Goal", "ImagingStudy",
+        "EpisodeOfCare", "FamilyMemberHistory", "Flag", "Goal", "Group", "ImagingStudy",
         "Immunization", "ImmunizationEvaluation", "ImmunizationRecommendation", "List",
         "Media", "MedicationAdministration", "MedicationDispense", "MedicationRequest",
         "MedicationStatement", "MolecularSequence", "NutritionOrder", "Observation",
