@@ -456,6 +456,7 @@ class FhirUnit:
             condition = Condition(await self.caller.condition(body["resourceType"],
                                                               if_none_exist))
         body = await self._authorized(CREATE, body, None, ownerless=ownerless)
+        body = await self._hooked(CREATE, body)
         staged = self.service.stage_create(
             self.uow, body, resource_id=body["id"], condition=condition, validated=True,
             index=await self.service.index(body, offload=offload))
@@ -479,6 +480,7 @@ class FhirUnit:
             self._check(UPDATE, current_json, "change")
         body = await self._authorized(UPDATE if current_json is not None else CREATE,
                                       dict(resource), current_json)
+        body = await self._hooked(UPDATE if current_json is not None else CREATE, body)
         implied = if_match is None and current is not None and current_json is not None \
             and self.restricted
         staged = self.service.stage_update(
@@ -573,6 +575,12 @@ class FhirUnit:
                 self._refused(action, settled, f"{self.caller._who()} may not write records "
                               f"about Patient/{patient_id}")
         return settled
+
+    async def _hooked(self, action: str, resource: JSON) -> JSON:
+        """``resource`` as the service's write hooks of its type leave it."""
+        for hook in self.service.write_hooks.get(resource["resourceType"], ()):
+            resource = await hook(self.access, action, resource, self)
+        return resource
 
     def _refused(self, action: str, resource: JSON, message: str, *expression: str
                  ) -> NoReturn:

@@ -210,3 +210,20 @@ def outcome_response(status: int, diagnostics: str, code: str = "informational",
                      severity: str = "information") -> FhirResponse:
     return FhirResponse(operation_outcome([Issue(severity, code, diagnostics)]),
                         status_code=status)
+
+
+def parameter_values(body: Any, operation: str) -> list[tuple[str, str]]:
+    """The (name, value) pairs of an operation's ``Parameters`` body whose parameters
+    each hold one primitive value (string, instant, code, id...)."""
+    if not isinstance(body, dict) or body.get("resourceType") != "Parameters":
+        raise FhirError.of(400, "invalid", f"{operation} takes a Parameters resource")
+    pairs: list[tuple[str, str]] = []
+    for i, parameter in enumerate(body.get("parameter") or []):
+        name = parameter.get("name") if isinstance(parameter, dict) else None
+        values = [v for k, v in (parameter.items() if isinstance(parameter, dict) else ())
+                  if k.startswith("value") and isinstance(v, str)]
+        if not isinstance(name, str) or len(values) != 1:
+            raise FhirError.of(400, "invalid", "Each parameter needs a name and one string, "
+                               "instant or code value", f"Parameters.parameter[{i}]")
+        pairs.append((name, values[0]))
+    return pairs

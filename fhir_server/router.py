@@ -63,6 +63,11 @@ from fhir_server.interactions.read import read
 from fhir_server.interactions.search_compartment import search_compartment
 from fhir_server.interactions.search_system import search_system
 from fhir_server.interactions.search_type import search_type
+from fhir_server.interactions.subscription import (
+    SUBSCRIPTIONS,
+    binding_token,
+    subscription_status,
+)
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
@@ -106,13 +111,15 @@ async def _metadata(ctx: FhirContext, request: Request) -> Response:
         ctx.extras.setdefault("capability_statements", {})
     base = ctx.fhir_base(request)
     key = (registry.version, base)
+    channels = ctx.extras.get(SUBSCRIPTIONS)
     if key not in cache:
         if len(cache) > 64:  # many Host names: bounded
             cache.clear()
         statement = capability_statement(
             base, TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry,
             security=None if ctx.security is None else ctx.security(base),
-            bulk_export=BULK_EXPORTS in ctx.extras)
+            bulk_export=BULK_EXPORTS in ctx.extras,
+            websocket=channels.websocket_url(base) if channels is not None else None)
         cache[key] = (statement, summary_statement(statement))
     return await capabilities(ctx, request, *cache[key])
 
@@ -190,6 +197,15 @@ ROUTES: tuple[FhirRoute, ...] = (
               errors=(404,)),
     FhirRoute("GET", "/$export-file/{job_id}/{name}", "$export output file (NDJSON)",
               export_file, returns="ndjson", errors=(404,)),
+    # -- subscriptions (R5 backport operations)
+    FhirRoute("GET", "/Subscription/{resource_id}/$status", "Subscription/$status: its "
+              "SubscriptionStatus", subscription_status, errors=READ_ERRORS),
+    FhirRoute("POST", "/Subscription/$get-ws-binding-token", "Subscription/"
+              "$get-ws-binding-token: a token to bind a websocket", binding_token,
+              body="parameters", returns="Parameters", errors=(400, 403, 404, 406, 501)),
+    FhirRoute("POST", "/Subscription/{resource_id}/$get-ws-binding-token", "Subscription/"
+              "$get-ws-binding-token for one subscription", binding_token,
+              returns="Parameters", errors=(400, 403, 404, 406, 501)),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
               search_compartment, errors=READ_ERRORS),
     FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,

@@ -15,7 +15,7 @@ import asyncio
 import functools
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -55,6 +55,8 @@ LARGE_RESOURCE_BYTES = 32 * 1024
 RESOURCE_EVENTS = ("resource_created", "resource_updated", "resource_deleted")
 # (access, interaction, resources, refusal): see FhirService.add_access_listener
 AccessListener = Callable[[Any, str, Sequence[Any], str | None], None]
+# hook(access, action, resource, unit) → the resource to store (see add_write_hook)
+WriteHook = Callable[[Any, str, JSON, Any], Awaitable[JSON]]
 
 
 class FhirService:
@@ -84,6 +86,7 @@ class FhirService:
         self._registry_checked = 0.0
         self._write_listeners: list[Callable[[Sequence[JSON]], None]] = []
         self.access_listeners: list[AccessListener] = []
+        self.write_hooks: dict[str, list[WriteHook]] = {}
         self._resource_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
             weakref.WeakValueDictionary()
 
@@ -99,6 +102,15 @@ class FhirService:
         """``callback(resources)`` after each unit of work that wrote ``resources`` commits
         in this process (the access policy forgets what a Consent changed)."""
         self._write_listeners.append(callback)
+
+    def add_write_hook(self, resource_type: str, hook: WriteHook) -> None:
+        """``await hook(access, action, resource, unit)`` before each create or update of
+        a ``resource_type`` is staged, once the caller may write it (``action`` create |
+        update; ``unit`` the :class:`~fhir_server.caller.FhirUnit`): it answers the
+        resource to store (it may set what the server manages, e.g. a Subscription's
+        status), may refuse it (a FhirError), and may stage documents in the same unit
+        (what the platform must know of the write, committed with it)."""
+        self.write_hooks.setdefault(resource_type, []).append(hook)
 
     def add_access_listener(self, callback: AccessListener) -> None:
         """``callback(access, interaction, resources, refusal)`` whenever a caller

@@ -25,6 +25,7 @@ from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
 from fhir_server.interactions.export import BULK_EXPORTS
 from fhir_server.interactions.match import MATCHER as PATIENT_MATCHER
+from fhir_server.interactions.subscription import SUBSCRIPTIONS
 from fhir_server.outcome import FhirError
 from fhir_server.router import FhirDispatch, below_fhir, build_fhir_routes
 from fhir_server.service import FhirService
@@ -51,6 +52,7 @@ from platform_api import (
     scheduling,
     sessions,
     smart,
+    subscriptions,
     training,
     treatments,
     webhooks,
@@ -306,6 +308,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     payments.install(services)
     public_health.install(services)
     exports = bulk_export.install(services)
+    channels = subscriptions.channels_of(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -322,6 +325,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cds_runtime = await cds.start_cds(services)
         sessions_runtime = sessions.start(services)
         mpi.start(services)
+        await subscriptions.start(services)
         await treatments.start(services)
         housekeeping.start()
         await exports.start()
@@ -332,6 +336,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await housekeeping.stop()
             await exports.stop()
+            await subscriptions.stop(services)
             await slot_keeper.stop()
             await cds_runtime.close()
             await payments.stop(services)
@@ -361,7 +366,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /fhir first: route matching is linear and FHIR carries the bulk of the traffic.
     fhir_routes = build_fhir_routes(FhirContext(
         fhir, settings.base_url, security=smart.capability_security,
-        extras={PATIENT_MATCHER: patient_matcher(services), BULK_EXPORTS: exports}),
+        extras={PATIENT_MATCHER: patient_matcher(services), BULK_EXPORTS: exports,
+                SUBSCRIPTIONS: channels}),
         fhir_access)
     app.router.routes[:0] = fhir_routes
     install_openapi(app)
@@ -389,6 +395,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workforce.router)
     app.include_router(ai.router)
     app.include_router(mpi.router)
+    app.include_router(subscriptions.router)
     app.include_router(cross_border.router)
     app.include_router(treatments.router)
     app.include_router(feedback.router)

@@ -353,6 +353,19 @@ class Settings(BaseSettings):
     bulk_export_retention_hours: float = Field(default=24.0, gt=0, description="How long "
                                                "a finished export's files are kept")
 
+    # FHIR Subscriptions (platform_api/subscriptions)
+    subscription_delivery_attempts: int = Field(default=4, ge=1, le=20, description="Tries "
+                                                "of a rest-hook notification before the "
+                                                "Subscription turns error")
+    subscription_retry_seconds: float = Field(default=1.0, gt=0, description="Wait before "
+                                              "the first retry (doubling, at most 60 s)")
+    subscription_timeout_seconds: float = Field(default=10.0, gt=0)
+    subscription_max_concurrent_deliveries: int = Field(default=64, ge=1)
+    subscription_queue_limit: int = Field(default=1000, ge=1, description="Notifications "
+                                          "waiting per subscription; past it the oldest go")
+    subscription_ws_token_seconds: float = Field(default=300.0, gt=0, description="How long "
+                                                 "a websocket binding token is valid")
+
     @cached_property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.data_dir / 'healthplatform.db'}"

@@ -65,22 +65,6 @@ class ExportRequest:
                    tuple(data.get("ignored") or ()))
 
 
-def parameters_from_body(body: Any) -> list[tuple[str, str]]:
-    """The (name, value) pairs of a POST kick-off's ``Parameters`` body."""
-    if not isinstance(body, dict) or body.get("resourceType") != "Parameters":
-        raise FhirError.of(400, "invalid", "A POST $export takes a Parameters resource")
-    pairs: list[tuple[str, str]] = []
-    for i, parameter in enumerate(body.get("parameter") or []):
-        name = parameter.get("name") if isinstance(parameter, dict) else None
-        values = [v for k, v in (parameter.items() if isinstance(parameter, dict) else ())
-                  if k.startswith("value") and isinstance(v, str)]
-        if not isinstance(name, str) or len(values) != 1:
-            raise FhirError.of(400, "invalid", "Each parameter needs a name and one string, "
-                               "instant or code value", f"Parameters.parameter[{i}]")
-        pairs.append((name, values[0]))
-    return pairs
-
-
 def parse_request(params: list[tuple[str, str]], *, level: str, url: str,
                   known_types: frozenset[str], level_types: frozenset[str] | None,
                   group_id: str | None = None, strict: bool = False) -> ExportRequest:

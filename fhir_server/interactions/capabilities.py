@@ -41,6 +41,13 @@ BULK_LEVELS = {
     "Group": {"name": "export", "definition":
               "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export"},
 }
+WEBSOCKET = "http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket"
+BACKPORT = "http://hl7.org/fhir/uv/subscriptions-backport/OperationDefinition"
+SUBSCRIPTION_OPERATIONS = [
+    {"name": "status", "definition": f"{BACKPORT}/backport-subscription-status"},
+    {"name": "get-ws-binding-token",
+     "definition": f"{BACKPORT}/backport-subscription-get-ws-binding-token"},
+]
 
 
 def search_params(registry: SearchRegistry, resource_type: str) -> list[dict[str, str]]:
@@ -100,6 +107,7 @@ def capability_statement(
     registry: SearchRegistry,
     security: dict[str, Any] | None = None,
     bulk_export: bool = False,
+    websocket: str | None = None,
 ) -> dict[str, Any]:
     resources = [_resource(registry, t, type_interactions) for t in sorted(resource_types())]
     operations: list[dict[str, str]] = [VALIDATE, {
@@ -145,6 +153,11 @@ def capability_statement(
     }
     if bulk_export:
         statement["instantiates"] = [BULK_DATA]
+    if websocket:
+        statement["rest"][0]["extension"] = [{"url": WEBSOCKET, "valueUri": websocket}]
+        for resource in resources:
+            if resource["type"] == "Subscription":
+                resource["operation"] += SUBSCRIPTION_OPERATIONS
     return statement
 
 

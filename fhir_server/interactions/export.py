@@ -31,11 +31,10 @@ from fhir_server.bulk.request import (
     PATIENT,
     SYSTEM,
     ExportRequest,
-    parameters_from_body,
     parse_request,
     query_pairs,
 )
-from fhir_server.http import FhirResponse, check_format, read_json_body
+from fhir_server.http import FhirResponse, check_format, parameter_values, read_json_body
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError, information
 from fhir_server.validation import resource_types
@@ -64,7 +63,7 @@ async def _kick_off(ctx: FhirContext, request: Request, level: str,
         raise FhirError.of(400, "required", "$export runs asynchronously: send "
                            "'Prefer: respond-async'", "Prefer")
     if request.method == "POST":
-        params = parameters_from_body(await read_json_body(request))
+        params = parameter_values(await read_json_body(request), "A POST $export")
     else:
         params = list(request.query_params.multi_items())
     caller = ctx.caller(request)

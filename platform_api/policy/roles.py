@@ -84,6 +84,8 @@ CATEGORIES: Mapping[str, frozenset[str]] = {
     "provenance": frozenset({"Provenance"}),
     # the platform's own record of who did what (written by the platform itself)
     "audit": frozenset({"AuditEvent"}),
+    # notifications of changes an organization's systems ask for (FHIR Subscriptions)
+    "subscriptions": frozenset({"Subscription"}),
 }
 
 # -- roles ---------------------------------------------------------------------------------
@@ -103,13 +105,15 @@ ORG_ROLES = (ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_LAB, ORG_PHARMACIST, ORG_RECE
 ROLE_PERMISSIONS: Mapping[str, Mapping[str, str]] = {
     ORG_ADMIN: {"demographics": "crud", "clinical": "crud", "scheduling": "crud",
                 "financial": "crud", "consent": "crud", "supply": "crud",
-                "directory": "crud", "definitions": "crud", "provenance": "cr", "audit": "r"},
+                "directory": "crud", "definitions": "crud", "provenance": "cr", "audit": "r",
+                "subscriptions": "crud"},
     ORG_DOCTOR: {"demographics": "cru", "clinical": "crud", "scheduling": "cru",
                  "financial": "r", "consent": "cru", "supply": "cr", "definitions": "cru",
-                 "provenance": "cr"},
+                 "provenance": "cr", "subscriptions": "crud"},
     ORG_NURSE: {"demographics": "cru", "clinical": "cru", "scheduling": "cru",
                 "consent": "r", "supply": "cr", "provenance": "cr"},
-    ORG_LAB: {"demographics": "r", "laboratory": "cru", "provenance": "cr"},
+    ORG_LAB: {"demographics": "r", "laboratory": "cru", "provenance": "cr",
+              "subscriptions": "crud"},
     ORG_PHARMACIST: {"demographics": "r", "clinical": "r", "medication": "cru",
                      "supply": "cru", "provenance": "cr"},
     ORG_RECEPTIONIST: {"demographics": "cru", "encounters": "cru", "scheduling": "crud",

@@ -36,7 +36,8 @@ async def test_summary_true_is_a_small_statement_of_the_summary_elements(client)
     assert rest["mode"] == "server" and "documentation" not in rest
     patient = next(r for r in rest["resource"] if r["type"] == "Patient")
     assert set(patient) == {"type", "profile", "operation"}  # no searchParam, interaction
-    assert {"validate", "everything", "match", "export"} == {o["name"] for o in patient["operation"]}
+    assert {o["name"] for o in patient["operation"]} == {"validate", "everything", "match",
+                                                         "export"}
     assert len(rest["resource"]) == len(whole.json()["rest"][0]["resource"])
 
 

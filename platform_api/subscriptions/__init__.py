@@ -1,0 +1,103 @@
+"""FHIR Subscriptions (R4, with the R5 backport's notifications and operations).
+
+Maps to FHIR ``Subscription`` (R4): ``criteria`` a search, ``channel`` rest-hook or
+websocket, ``status`` requested → active ↔ error, ``error`` the last failure. The parts:
+:mod:`.criteria` (checks and matching), :mod:`.service` (the index of active subscriptions,
+the write hook, the event consumer), :mod:`.delivery` (queues, rest-hook requests with
+retries, websocket pushes), :mod:`.websocket` (binding tokens and the socket),
+:mod:`.notifications` (the backport's SubscriptionStatus and notification Bundle).
+
+:class:`Channels` is what the FHIR operations ``$status`` and ``$get-ws-binding-token``
+reach (``fhir_server.interactions.subscription``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fhir_server.interactions.subscription import SUBSCRIPTIONS
+from platform_api.services import Services
+from platform_api.subscriptions.delivery import Deliveries
+from platform_api.subscriptions.notifications import notification_bundle, status_parameters
+from platform_api.subscriptions.service import Subscriptions
+from platform_api.subscriptions.websocket import PATH, BindingTokens, expiration, router
+
+JSON = dict[str, Any]
+TOPICS = ("platform.fhir.resource_created", "platform.fhir.resource_updated",
+          "platform.fhir.resource_deleted")
+CONSUMER = "fhir_subscriptions"
+
+
+class Channels:
+    """The platform's subscriptions as the FHIR operations and the socket see them."""
+
+    def __init__(self, services: Services):
+        settings = services.settings
+        self.subscriptions = Subscriptions(services)
+        base = f"{settings.base_url}/fhir" if settings.base_url else ""
+        self.deliveries = Deliveries(self.subscriptions, settings, base)
+        self.subscriptions.delivery = self.deliveries
+        self.tokens = BindingTokens(settings.subscription_ws_token_seconds)
+
+    def websocket_url(self, fhir_base: str) -> str:
+        origin = fhir_base.removesuffix("/fhir")
+        return "ws" + origin.removeprefix("http") + PATH
+
+    async def status(self, subscription: JSON, fhir_base: str) -> JSON:
+        self.deliveries.base_url = self.deliveries.base_url or fhir_base
+        active = self.subscriptions.by_id.get(subscription["id"])
+        events, errors, error = (active.events, active.errors, active.last_error) \
+            if active else (0, 0, subscription.get("error"))
+        return status_parameters(subscription, fhir_base, "query-status", events, errors,
+                                 error)
+
+    async def binding_token(self, subscriptions: list[JSON], fhir_base: str) -> JSON:
+        self.deliveries.base_url = self.deliveries.base_url or fhir_base
+        ids = [s["id"] for s in subscriptions]
+        token, expires = self.tokens.issue(ids)
+        return {"resourceType": "Parameters", "parameter": [
+            {"name": "token", "valueString": token},
+            {"name": "expiration", "valueDateTime": expiration(expires)},
+            *({"name": "subscription", "valueString": f"Subscription/{i}"} for i in ids),
+            {"name": "websocket-url", "valueUrl": self.websocket_url(fhir_base)}]}
+
+    async def bind(self, token: str, socket: Any) -> list[Any]:
+        """Bind ``socket`` to the token's subscriptions; a handshake for each."""
+        bound = []
+        for subscription_id in self.tokens.redeem(token):
+            active = self.subscriptions.by_id.get(subscription_id)
+            if active is None:
+                continue  # deleted or turned off since: nothing to bind
+            active.sockets.add(socket)
+            bound.append(active)
+            base = self.deliveries.base_url
+            status = status_parameters(active.resource, base, "handshake", active.events,
+                                       active.errors, active.last_error)
+            await socket.send_json(notification_bundle(status, base))
+        return bound
+
+
+def channels_of(services: Services) -> Channels:
+    found = services.extras.get(SUBSCRIPTIONS)
+    if found is None:
+        found = services.extras[SUBSCRIPTIONS] = Channels(services)
+        services.fhir.add_write_hook("Subscription", found.subscriptions.on_write)
+    return found  # type: ignore[no-any-return]
+
+
+async def start(services: Services) -> Channels:
+    """Index the active subscriptions, then match every resource event."""
+    channels = channels_of(services)
+    await channels.deliveries.start()
+    await channels.subscriptions.load()
+    for topic in TOPICS:
+        services.bus.subscribe(topic, channels.subscriptions.on_event,
+                               consumer=f"{CONSUMER}_{topic.rsplit('.', 1)[1]}")
+    return channels
+
+
+async def stop(services: Services) -> None:
+    await channels_of(services).deliveries.stop()
+
+
+__all__ = ["Channels", "channels_of", "router", "start", "stop"]

@@ -1,0 +1,218 @@
+"""Subscriptions: which are active, what each written resource matches, who may see it.
+
+- **Written through FHIR.** A Subscription is created, changed and deleted with the
+  ordinary FHIR API (and in transactions). A write hook checks it as it is staged
+  (criteria, channel: :mod:`.criteria`), moves ``requested`` to ``active`` (R4's
+  workflow: the server activates) and records, in the same unit of work, **who** wrote it
+  (``subscription_owners``: the caller kept by
+  :class:`~platform_api.stored_principal.PrincipalIdentity`). Notifications are filtered
+  by that subscriber's access as it is now.
+- **Matched through the resource events**, not by polling: a consumer of
+  ``platform.fhir.resource_created`` / ``_updated`` (and ``_deleted`` for Subscriptions
+  themselves) keeps an index of the active subscriptions by resource type, reads the
+  written version only when some subscription covers its type, decides the match
+  (:func:`.criteria.matches`) and whether the subscriber may read it
+  (``CallerFhir.admitted``); nothing is sent otherwise, not even a ping. R4 applies
+  criteria to the new content: a delete notifies no one.
+- **Delivered in the background** (:mod:`.delivery`): the consumer only queues, so a
+  slow or failing endpoint never slows a write or another subscription.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from fhir_server.access import READ, SYSTEM, Access
+from fhir_server.caller import CallerFhir
+from fhir_server.clock import now_instant
+from fhir_server.outcome import FhirError
+from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
+from platform_api.policy.grants import PolicyAccess
+from platform_api.services import Services
+from platform_api.stored_principal import PrincipalIdentity
+from platform_api.subscriptions.criteria import (
+    Criteria,
+    check_channel,
+    matches,
+    parse_criteria,
+)
+
+log = logging.getLogger("healthplatform.subscriptions")
+
+JSON = dict[str, Any]
+OWNERS, STATUS = "subscription_owners", "subscription_status"
+ACCESS_SECONDS = 5.0  # how long a subscriber's access is reused before it is rebuilt
+
+
+@dataclass(slots=True)
+class Active:
+    """An active subscription as the matcher and the deliveries see it."""
+
+    resource: JSON
+    criteria: Criteria
+    identity: JSON | None
+    events: int = 0  # events since the subscription started
+    errors: int = 0  # deliveries that failed after every retry
+    last_error: str | None = None
+    access: Access | None = None
+    access_until: float = 0.0
+    sockets: set[Any] = field(default_factory=set)  # bound websocket connections
+
+    @property
+    def id(self) -> str:
+        return str(self.resource["id"])
+
+    @property
+    def channel(self) -> JSON:
+        return self.resource.get("channel") or {}
+
+
+class Subscriptions:
+    """The platform's subscriptions (see the module docstring)."""
+
+    def __init__(self, services: Services):
+        self.services = services
+        self.fhir = services.fhir
+        self.identity = PrincipalIdentity(services)
+        self.by_type: dict[str, dict[str, Active]] = {}
+        self.by_id: dict[str, Active] = {}
+        self.delivery: Any = None  # the Deliveries (set by install)
+
+    # -- the write hook ----------------------------------------------------------------------
+    async def on_write(self, access: Access, action: str, resource: JSON, unit: Any) -> JSON:
+        """Check a Subscription as it is staged, activate it, and record its subscriber."""
+        if not isinstance(access, PolicyAccess):  # the platform itself (status updates)
+            return resource
+        await parse_criteria(self.fhir, resource.get("criteria"))
+        check_channel(resource)
+        if resource.get("status") == "requested":
+            resource = {k: v for k, v in resource.items() if k != "error"}
+            resource["status"] = "active"
+        unit.put_document(OWNERS, resource["id"], {
+            "id": resource["id"], "owner": self.identity.owner(access),
+            "identity": self.identity.dump(access)})
+        return resource
+
+    # -- the index of active subscriptions -------------------------------------------------
+    async def load(self) -> int:
+        """Index every active subscription (at start); how many."""
+        system = CallerFhir(self.fhir, SYSTEM)
+        for subscription in await system.search("Subscription", [("status", "active")]):
+            await self.refresh(subscription["id"], subscription)
+        return len(self.by_id)
+
+    async def refresh(self, subscription_id: str, subscription: JSON | None = None) -> None:
+        """Index (or forget) one subscription as it now stands in the store."""
+        if subscription is None:
+            subscription = await CallerFhir(self.fhir, SYSTEM).find_json(
+                "Subscription", subscription_id)
+        known = self.by_id.get(subscription_id)
+        if subscription is None or subscription.get("status") not in ("active", "error"):
+            self._forget(subscription_id)
+            return
+        try:
+            criteria = await parse_criteria(self.fhir, subscription.get("criteria"))
+        except FhirError as exc:  # stored before a definition changed: never matches
+            log.warning("Subscription/%s has criteria no longer valid: %s", subscription_id,
+                        exc)
+            self._forget(subscription_id)
+            return
+        owner = await self.services.store.get_document(OWNERS, subscription_id)
+        status = await self.services.store.get_document(STATUS, subscription_id) or {}
+        active = Active(subscription, criteria, owner and owner.get("identity"),
+                        status.get("events", 0), status.get("errors", 0),
+                        status.get("last_error"))
+        if known is not None:
+            active.events, active.errors = max(known.events, active.events), known.errors
+            active.last_error, active.sockets = known.last_error, known.sockets
+        self._forget(subscription_id)
+        self.by_id[subscription_id] = active
+        self.by_type.setdefault(criteria.resource_type, {})[subscription_id] = active
+
+    def _forget(self, subscription_id: str) -> None:
+        active = self.by_id.pop(subscription_id, None)
+        if active is not None:
+            self.by_type.get(active.criteria.resource_type, {}).pop(subscription_id, None)
+
+    # -- the consumer -----------------------------------------------------------------------
+    async def on_event(self, event: JSON) -> None:
+        payload = event.get("payload") or {}
+        resource_type, resource_id = payload.get("resourceType"), str(payload.get("id"))
+        if resource_type == "Subscription":
+            await self.refresh(resource_id)
+            return
+        candidates = self.by_type.get(str(resource_type))
+        if not candidates or event.get("topic", "").endswith("resource_deleted"):
+            return
+        try:
+            stored = await self.fhir.read(str(resource_type), resource_id,
+                                          int(payload.get("versionId") or 0) or None)
+        except (ResourceNotFound, ResourceGone):
+            return
+        await self.match(stored, list(candidates.values()))
+
+    async def match(self, stored: StoredResource, candidates: list[Active]) -> int:
+        """Queue a notification for each subscription the resource matches and its
+        subscriber may read; how many."""
+        resource = orjson.loads(stored.body)
+        rows = await self.fhir.index(resource) if any(
+            a.criteria.in_memory for a in candidates) else None
+        now = now_instant()
+        queued = 0
+        for active in candidates:
+            end = active.resource.get("end")
+            if isinstance(end, str) and end < now:
+                continue
+            if not await matches(self.fhir, active.criteria, resource, rows):
+                continue
+            access = await self.access_of(active)
+            if access is None or not CallerFhir(self.fhir, access).admitted(READ, resource):
+                continue
+            active.events += 1
+            self.delivery.queue(active, active.events, stored)
+            queued += 1
+        return queued
+
+    async def access_of(self, active: Active) -> Access | None:
+        """The subscriber's access now (reused for a few seconds); None when the
+        subscriber is gone (no notification then)."""
+        if active.identity is None:
+            return None
+        if active.access is None or active.access_until < time.monotonic():
+            try:
+                active.access = await self.identity.load(active.identity)
+            except FhirError as exc:
+                log.info("Subscription/%s: %s", active.id, exc)
+                return None
+            active.access_until = time.monotonic() + ACCESS_SECONDS
+        return active.access
+
+    # -- status ------------------------------------------------------------------------------
+    async def record_status(self, active: Active) -> None:
+        async with self.services.store.unit_of_work() as uow:
+            uow.put_document(STATUS, active.id, {
+                "id": active.id, "events": active.events, "errors": active.errors,
+                "last_error": active.last_error})
+            await uow.commit()
+
+    async def set_state(self, active: Active, status: str, error: str | None) -> None:
+        """The Subscription's own status (``active`` / ``error``) and ``error`` text,
+        written by the platform so it is versioned and read like any change."""
+        system = CallerFhir(self.fhir, SYSTEM)
+        current = await system.find_json("Subscription", active.id)
+        if current is None or current.get("status") == status:
+            return
+        current["status"] = status
+        current.pop("error", None)
+        if error:
+            current["error"] = error
+        async with system.unit() as unit:
+            await unit.update(current)
+            await unit.commit()
+        active.resource = current
+

@@ -1,0 +1,337 @@
+"""FHIR Subscriptions: created through /fhir, matched through the resource events,
+delivered to a real local HTTP receiver (rest-hook: R4 ping, R4 payload PUT, backport
+Bundle), retried then marked error then active again, never slowing a write, never
+carrying what the subscriber may not read, and pushed to a websocket bound with a token."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import websockets
+from aiohttp import web
+from asgi_lifespan import LifespanManager
+
+from platform_api.app import create_app
+from tests.browser_support import run_server
+from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
+from tests.platform_api.smart.support import Clinic, make_clinic, observation
+from tests.stand_ins import serving
+
+JSON = dict[str, Any]
+LOINC = "http://loinc.org"
+GLUCOSE = f"Observation?code={LOINC}|2339-0"
+BACKPORT = ("http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/"
+            "backport-payload-content")
+
+
+class Receiver:
+    """An integration's endpoint: records each request; can fail or hold requests."""
+
+    def __init__(self) -> None:
+        self.received: list[JSON] = []
+        self.fail_next = 0
+        self.hold: asyncio.Event | None = None
+        self.holding = 0
+        self.arrived = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if self.hold is not None:
+            self.holding += 1
+            await self.hold.wait()
+        body = await request.read()
+        if self.fail_next:
+            self.fail_next -= 1
+            return web.Response(status=503)
+        self.received.append({"method": request.method, "path": request.path,
+                              "headers": dict(request.headers), "body": body})
+        self.arrived.set()
+        return web.Response(status=200)
+
+    async def wait_for(self, count: int) -> list[JSON]:
+        deadline = time.monotonic() + 20
+        while len(self.received) < count:
+            assert time.monotonic() < deadline, f"{len(self.received)} of {count} arrived"
+            await asyncio.sleep(0.02)
+        return self.received
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Any:
+    return make_settings(tmp_path, subscription_retry_seconds=0.05,
+                         subscription_delivery_attempts=2)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", found.handle)
+    async with serving(app) as url:
+        yield found, url
+
+
+@pytest.fixture
+async def clinic(app: Any, client: httpx.AsyncClient) -> Clinic:
+    return await make_clinic(app, client)
+
+
+async def subscribe(client: httpx.AsyncClient, headers: dict[str, str], endpoint: str,
+                    criteria: str = GLUCOSE, **channel: Any) -> httpx.Response:
+    return await client.post("/fhir/Subscription", headers=headers, json={
+        "resourceType": "Subscription", "status": "requested", "criteria": criteria,
+        "reason": "Glucose results for the diabetes clinic's follow-up system",
+        "channel": {"type": "rest-hook", "endpoint": endpoint, **channel}})
+
+
+async def glucose(client: httpx.AsyncClient, headers: dict[str, str], patient: str) -> str:
+    return await observation(client, headers, patient, "2339-0",
+                             "Glucose [Mass/volume] in Blood", "laboratory", 6.1, "mmol/L")
+
+
+async def heart_rate(client: httpx.AsyncClient, headers: dict[str, str], patient: str
+                     ) -> str:
+    return await observation(client, headers, patient, "8867-4", "Heart rate",
+                             "vital-signs", 80, "/min")
+
+
+async def test_a_rest_hook_is_activated_and_gets_each_matching_resource_put_to_it(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    created = await subscribe(client, headers, f"{url}/fhir", payload="application/fhir+json",
+                              header=["Authorization: Bearer lab-sync-secret"])
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == "active"
+
+    await heart_rate(client, headers, clinic.amina)  # does not match
+    observation_id = await glucose(client, headers, clinic.amina)
+    [delivered] = await found.wait_for(1)
+    assert delivered["method"] == "PUT"
+    assert delivered["path"] == f"/fhir/Observation/{observation_id}"
+    assert delivered["headers"]["Authorization"] == "Bearer lab-sync-secret"
+    assert orjson.loads(delivered["body"])["id"] == observation_id
+
+
+async def test_without_a_payload_the_notification_is_an_empty_post(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    assert (await subscribe(client, clinic.admin["headers"], f"{url}/hook")).status_code == 201
+    await glucose(client, clinic.admin["headers"], clinic.baraka)
+    [delivered] = await found.wait_for(1)
+    assert (delivered["method"], delivered["path"], delivered["body"]) == ("POST", "/hook", b"")
+
+
+async def test_a_backport_subscription_gets_notification_bundles_numbered_in_order(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    created = await subscribe(client, headers, f"{url}/notify", payload="application/fhir+json",
+                              _payload={"extension": [{"url": BACKPORT,
+                                                       "valueCode": "full-resource"}]})
+    assert created.status_code == 201, created.text
+    first = await glucose(client, headers, clinic.amina)
+    second = await glucose(client, headers, clinic.baraka)
+    delivered = await found.wait_for(2)
+    bundles = [orjson.loads(d["body"]) for d in delivered]
+    for number, (bundle, expected) in enumerate(zip(bundles, (first, second), strict=True), 1):
+        assert bundle["type"] == "history"
+        status = {p["name"]: p for p in bundle["entry"][0]["resource"]["parameter"]}
+        assert status["type"]["valueCode"] == "event-notification"
+        event = {p["name"]: p for p in status["notification-event"]["part"]}
+        assert event["event-number"]["valueString"] == str(number)
+        assert event["focus"]["valueReference"]["reference"].endswith(f"Observation/{expected}")
+        assert bundle["entry"][1]["resource"]["id"] == expected
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"criteria": "Observation?flavour=sweet"}, "Subscription.criteria"),
+    ({"criteria": "Unicorn?name=x"}, "Subscription.criteria"),
+    ({"channel": {"type": "email", "endpoint": "mailto:lab@example.org"}},
+     "Subscription.channel.type"),
+    ({"channel": {"type": "rest-hook", "endpoint": "ftp://lab.example.org"}},
+     "Subscription.channel.endpoint"),
+    ({"channel": {"type": "rest-hook", "endpoint": "https://lab.example.org",
+                  "header": ["no colon here"]}}, "Subscription.channel.header[0]"),
+])
+async def test_a_subscription_the_server_cannot_honour_is_refused_naming_the_field(
+        client: httpx.AsyncClient, clinic: Clinic, change: JSON, field: str) -> None:
+    body = {"resourceType": "Subscription", "status": "requested", "criteria": GLUCOSE,
+            "reason": "test", "channel": {"type": "rest-hook",
+                                          "endpoint": "https://lab.example.org"}, **change}
+    response = await client.post("/fhir/Subscription", headers=clinic.admin["headers"],
+                                 json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["issue"][0]["expression"] == [field]
+
+
+async def test_notifications_carry_only_what_the_subscriber_may_read(
+        app: Any, client: httpx.AsyncClient, clinic: Clinic,
+        receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    other = await make_clinic_admin(client, name="Mathare North Clinic",
+                                    first_name="Achieng", last_name="Otieno")
+    theirs = await client.post("/fhir/Patient", headers=other["headers"], json={
+        "resourceType": "Patient", "name": [{"family": "Wafula", "given": ["Juma"]}]})
+    assert (await subscribe(client, other["headers"], f"{url}/mathare",
+                            criteria="Observation?", payload="application/fhir+json")
+            ).status_code == 201
+    await glucose(client, clinic.admin["headers"], clinic.amina)  # not theirs to read
+    own = await glucose(client, other["headers"], theirs.json()["id"])
+    [delivered] = await found.wait_for(1)
+    assert delivered["path"] == f"/mathare/Observation/{own}"
+    await asyncio.sleep(0.3)  # the other clinic's write was handled first: nothing came
+    assert len(found.received) == 1
+
+
+async def test_roles_allowed_and_refused_to_subscribe(
+        app: Any, client: httpx.AsyncClient, clinic: Clinic) -> None:
+    endpoint = "https://lab.example.org/hook"
+    assert (await subscribe(client, clinic.doctor["headers"], endpoint)).status_code == 201
+    lab = await register_and_login(client, first_name="Faith", last_name="Njeri")
+    await add_member(app, clinic.org_id, lab, "ORG:LAB")
+    assert (await subscribe(client, lab["headers"], endpoint)).status_code == 201
+    desk = await register_and_login(client, first_name="Mercy", last_name="Wambui")
+    await add_member(app, clinic.org_id, desk, "ORG:RECEPTIONIST")
+    refused = await subscribe(client, desk["headers"], endpoint)
+    assert refused.status_code == 403
+    patient = await register_and_login(client, first_name="Zawadi", last_name="Achieng")
+    assert (await subscribe(client, patient["headers"], endpoint)).status_code == 403
+    assert (await subscribe(client, {}, endpoint)).status_code == 401
+
+
+async def test_a_failing_endpoint_turns_the_subscription_error_then_active_again(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    created = await subscribe(client, headers, f"{url}/flaky")
+    subscription_id = created.json()["id"]
+    found.fail_next = 2  # both attempts of the first notification fail
+    await glucose(client, headers, clinic.amina)
+
+    async def status() -> JSON:
+        return (await client.get(f"/fhir/Subscription/{subscription_id}",
+                                 headers=headers)).json()
+
+    deadline = time.monotonic() + 20
+    while (await status())["status"] != "error":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert "503" in (await status())["error"]
+    report = await client.get(f"/fhir/Subscription/{subscription_id}/$status",
+                              headers=headers)
+    parameters = {p["name"]: p for p in report.json()["entry"][0]["resource"]["parameter"]}
+    assert parameters["error-count"]["valueString"] == "1"
+    assert parameters["events-since-subscription-start"]["valueString"] == "1"
+
+    await glucose(client, headers, clinic.baraka)
+    await found.wait_for(1)
+    deadline = time.monotonic() + 20
+    while (await status())["status"] != "active":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert "error" not in await status()
+
+
+async def test_a_hanging_endpoint_never_holds_up_a_write(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    found.hold = asyncio.Event()
+    headers = clinic.admin["headers"]
+    await subscribe(client, headers, f"{url}/slow")
+    await glucose(client, headers, clinic.amina)
+    deadline = time.monotonic() + 20
+    while not found.holding:  # the endpoint now holds the first notification
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    written = await client.post("/fhir/Patient", headers=headers, json={
+        "resourceType": "Patient", "name": [{"family": "Chebet", "given": ["Lilian"]}]})
+    assert written.status_code == 201 and found.holding == 1 and not found.received
+    found.hold.set()
+    await found.wait_for(1)
+
+
+async def test_the_capability_statement_names_the_websocket_and_operations(
+        client: httpx.AsyncClient) -> None:
+    rest = (await client.get("/fhir/metadata")).json()["rest"][0]
+    [extension] = rest["extension"]
+    assert extension["valueUri"] == "ws://testserver/fhir/$subscription-ws"
+    subscription = next(r for r in rest["resource"] if r["type"] == "Subscription")
+    assert {"status", "get-ws-binding-token"} <= {o["name"] for o in subscription["operation"]}
+
+
+async def test_a_websocket_bound_with_a_token_gets_a_handshake_then_notifications(
+        tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))
+    with run_server(app) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            clinic = await make_clinic(app, client)
+            headers = clinic.admin["headers"]
+            created = await client.post("/fhir/Subscription", headers=headers, json={
+                "resourceType": "Subscription", "status": "requested", "criteria": GLUCOSE,
+                "reason": "Ward dashboard", "channel": {"type": "websocket"}})
+            assert created.status_code == 201, created.text
+            subscription_id = created.json()["id"]
+            issued = await client.post(
+                f"/fhir/Subscription/{subscription_id}/$get-ws-binding-token",
+                headers=headers)
+            assert issued.status_code == 200, issued.text
+            out = {p["name"]: p for p in issued.json()["parameter"]}
+            ws_url = out["websocket-url"]["valueUrl"]
+            assert ws_url == url.replace("http", "ws") + "/fhir/$subscription-ws"
+
+            async with websockets.connect(ws_url) as socket:
+                await socket.send(f"bind-with-token {out['token']['valueString']}")
+                handshake = orjson.loads(await asyncio.wait_for(socket.recv(), 20))
+                status = {p["name"]: p for p in
+                          handshake["entry"][0]["resource"]["parameter"]}
+                assert status["type"]["valueCode"] == "handshake"
+                observation_id = await glucose(client, headers, clinic.amina)
+                event = orjson.loads(await asyncio.wait_for(socket.recv(), 20))
+                status = {p["name"]: p for p in event["entry"][0]["resource"]["parameter"]}
+                assert status["type"]["valueCode"] == "event-notification"
+                focus = {p["name"]: p for p in status["notification-event"]["part"]}["focus"]
+                assert focus["valueReference"]["reference"].endswith(
+                    f"Observation/{observation_id}")
+
+            async with websockets.connect(ws_url) as socket:  # a token binds once
+                await socket.send(f"bind-with-token {out['token']['valueString']}")
+                refusal = orjson.loads(await asyncio.wait_for(socket.recv(), 20))
+                assert refusal["resourceType"] == "OperationOutcome"
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(socket.recv(), 20)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+            stranger = await register_and_login(client, first_name="Kevin", last_name="Ouma")
+            refused = await client.post(
+                f"/fhir/Subscription/{subscription_id}/$get-ws-binding-token",
+                headers=stranger["headers"])
+            assert refused.status_code == 403
+
+
+async def test_subscriptions_survive_a_restart(tmp_path: Path,
+                                               receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            clinic = await make_clinic(app, c)
+            assert (await subscribe(c, clinic.admin["headers"], f"{url}/after")
+                    ).status_code == 201
+    again = create_app(settings)
+    async with LifespanManager(again, startup_timeout=30):
+        transport = httpx.ASGITransport(app=again)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            login = await c.post("/api/auth/login", json={
+                "email": clinic.admin["user"]["email"], "password": "correct horse battery"})
+            headers = {"Authorization": f"Bearer {login.json()['data']['token']}"}
+            await glucose(c, headers, clinic.amina)
+            await found.wait_for(1)
