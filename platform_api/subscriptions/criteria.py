@@ -43,6 +43,9 @@ class Criteria:
     params: tuple[tuple[str, str], ...]
     plan: SearchPlan
     in_memory: bool  # every clause decided from the index rows
+    # Index keys, one of which a matching resource must have (see ``keys_of``): those of
+    # its first token or reference clause; empty when it has none (checked every time).
+    keys: frozenset[tuple[str, str]] = frozenset()
 
 
 async def parse_criteria(service: FhirService, text: Any) -> Criteria:
@@ -61,7 +64,27 @@ async def parse_criteria(service: FhirService, text: Any) -> Criteria:
         raise FhirError.of(400, "invalid", f"criteria: {exc}", "Subscription.criteria"
                            ) from None
     in_memory = all(_decidable(c) for c in plan.clauses)
-    return Criteria(text.strip(), resource_type, params, plan, in_memory)
+    return Criteria(text.strip(), resource_type, params, plan, in_memory,
+                    next((k for c in plan.clauses if (k := _clause_keys(c))), frozenset()))
+
+
+def _clause_keys(clause: Clause) -> frozenset[tuple[str, str]]:
+    """What a resource matching the clause must have among its index keys: a token's
+    ``(param, code)``, a reference's ``(param, id)``; empty when the clause cannot say."""
+    if clause.type == "token" and plain_token(clause):
+        return frozenset((p, str(c.code)) for p in clause.index_params for c in clause.criteria)
+    if clause.type == "reference" and _decidable(clause) and all(
+            c.id is not None for c in clause.criteria):
+        return frozenset((p, str(c.id)) for p in clause.index_params for c in clause.criteria)
+    return frozenset()
+
+
+def keys_of(rows: IndexRows) -> set[tuple[str, str]]:
+    """The index keys of a resource: each token ``(param, code)`` and reference
+    ``(param, id)`` it is indexed with."""
+    keys = {(r[0], r[2]) for r in rows.rows.get("token", ()) if r[2] is not None}
+    keys.update((r[0], r[2]) for r in rows.rows.get("reference", ()) if r[2] is not None)
+    return keys
 
 
 def check_channel(subscription: JSON) -> None:

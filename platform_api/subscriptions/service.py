@@ -32,12 +32,14 @@ from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
 from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
+from fhir_server.store.port import IndexRows
 from platform_api.policy.grants import PolicyAccess
 from platform_api.services import Services
 from platform_api.stored_principal import PrincipalIdentity
 from platform_api.subscriptions.criteria import (
     Criteria,
     check_channel,
+    keys_of,
     matches,
     parse_criteria,
 )
@@ -81,6 +83,10 @@ class Subscriptions:
         self.identity = PrincipalIdentity(services)
         self.by_type: dict[str, dict[str, Active]] = {}
         self.by_id: dict[str, Active] = {}
+        # per type: the subscriptions by the index keys a match must have (most: one
+        # lookup instead of a check of every subscription), and those without keys
+        self.keyed: dict[str, dict[tuple[str, str], dict[str, Active]]] = {}
+        self.unkeyed: dict[str, dict[str, Active]] = {}
         self.delivery: Any = None  # the Deliveries (set by install)
 
     # -- the write hook ----------------------------------------------------------------------
@@ -132,12 +138,37 @@ class Subscriptions:
             active.last_error, active.sockets = known.last_error, known.sockets
         self._forget(subscription_id)
         self.by_id[subscription_id] = active
-        self.by_type.setdefault(criteria.resource_type, {})[subscription_id] = active
+        resource_type = criteria.resource_type
+        self.by_type.setdefault(resource_type, {})[subscription_id] = active
+        if criteria.keys:
+            keyed = self.keyed.setdefault(resource_type, {})
+            for key in criteria.keys:
+                keyed.setdefault(key, {})[subscription_id] = active
+        else:
+            self.unkeyed.setdefault(resource_type, {})[subscription_id] = active
 
     def _forget(self, subscription_id: str) -> None:
         active = self.by_id.pop(subscription_id, None)
-        if active is not None:
-            self.by_type.get(active.criteria.resource_type, {}).pop(subscription_id, None)
+        if active is None:
+            return
+        resource_type = active.criteria.resource_type
+        self.by_type.get(resource_type, {}).pop(subscription_id, None)
+        self.unkeyed.get(resource_type, {}).pop(subscription_id, None)
+        keyed = self.keyed.get(resource_type, {})
+        for key in active.criteria.keys:
+            keyed.get(key, {}).pop(subscription_id, None)
+
+    def candidates(self, resource_type: str, rows: IndexRows | None) -> list[Active]:
+        """The subscriptions the resource may match: those without keys, and those one of
+        whose keys it has (all of the type when its index rows are unknown)."""
+        if rows is None:
+            return list(self.by_type.get(resource_type, {}).values())
+        found = dict(self.unkeyed.get(resource_type, {}))
+        keyed = self.keyed.get(resource_type)
+        if keyed:
+            for key in keys_of(rows):
+                found.update(keyed.get(key, ()))
+        return list(found.values())
 
     # -- the consumer -----------------------------------------------------------------------
     async def on_event(self, event: JSON) -> None:
@@ -146,22 +177,22 @@ class Subscriptions:
         if resource_type == "Subscription":
             await self.refresh(resource_id)
             return
-        candidates = self.by_type.get(str(resource_type))
-        if not candidates or event.get("topic", "").endswith("resource_deleted"):
+        if not self.by_type.get(str(resource_type)) or \
+                event.get("topic", "").endswith("resource_deleted"):
             return
         try:
             stored = await self.fhir.read(str(resource_type), resource_id,
                                           int(payload.get("versionId") or 0) or None)
         except (ResourceNotFound, ResourceGone):
             return
-        await self.match(stored, list(candidates.values()))
+        await self.match(stored)
 
-    async def match(self, stored: StoredResource, candidates: list[Active]) -> int:
+    async def match(self, stored: StoredResource) -> int:
         """Queue a notification for each subscription the resource matches and its
         subscriber may read; how many."""
         resource = orjson.loads(stored.body)
-        rows = await self.fhir.index(resource) if any(
-            a.criteria.in_memory for a in candidates) else None
+        rows = await self.fhir.index(resource)
+        candidates = self.candidates(stored.resource_type, rows)
         now = now_instant()
         queued = 0
         for active in candidates:

@@ -271,8 +271,11 @@ async def test_a_websocket_bound_with_a_token_gets_a_handshake_then_notification
     app = create_app(make_settings(tmp_path))
     with run_server(app) as url:
         async with httpx.AsyncClient(base_url=url) as client:
-            clinic = await make_clinic(app, client)
-            headers = clinic.admin["headers"]
+            # Over HTTP only: the app's store belongs to the server thread's event loop.
+            admin = await make_clinic_admin(client)
+            headers = admin["headers"]
+            patient = await client.post("/fhir/Patient", headers=headers, json={
+                "resourceType": "Patient", "name": [{"family": "Odhiambo"}]})
             created = await client.post("/fhir/Subscription", headers=headers, json={
                 "resourceType": "Subscription", "status": "requested", "criteria": GLUCOSE,
                 "reason": "Ward dashboard", "channel": {"type": "websocket"}})
@@ -292,7 +295,7 @@ async def test_a_websocket_bound_with_a_token_gets_a_handshake_then_notification
                 status = {p["name"]: p for p in
                           handshake["entry"][0]["resource"]["parameter"]}
                 assert status["type"]["valueCode"] == "handshake"
-                observation_id = await glucose(client, headers, clinic.amina)
+                observation_id = await glucose(client, headers, patient.json()["id"])
                 event = orjson.loads(await asyncio.wait_for(socket.recv(), 20))
                 status = {p["name"]: p for p in event["entry"][0]["resource"]["parameter"]}
                 assert status["type"]["valueCode"] == "event-notification"
