@@ -341,6 +341,72 @@ def mongo_init(
                       "set (README, MongoDB)[/]")
 
 
+@app.command()
+def export(
+    out: Path = typer.Option(..., "--out", metavar="DIR", file_okay=False,
+                             help="Directory for the NDJSON files (made if missing)"),
+    types: str | None = typer.Option(None, "--type", metavar="TYPES",
+                                     help="Resource types, comma separated (default: all)"),
+    since: str | None = typer.Option(None, metavar="INSTANT",
+                                     help="Only resources changed after this instant"),
+    type_filter: list[str] = typer.Option([], "--type-filter", metavar="TYPE?SEARCH",
+                                          help="What of a type to export (repeatable)"),
+    patient_level: bool = typer.Option(False, "--patient-level",
+                                       help="The Patient compartments only (Patient/$export)"),
+    group: str | None = typer.Option(None, metavar="ID",
+                                     help="The members of this Group (Group/[id]/$export)"),
+    page_size: int = typer.Option(1000, metavar="N", min=1, max=1000,
+                                  help="Resources read per page"),
+    resume: bool = typer.Option(False, "--resume",
+                                help="Go on with an export to DIR that was cut off"),
+) -> None:
+    """Export resources as FHIR Bulk Data NDJSON files, as $export does, from the store
+    itself (run on the server's machine: every resource, no access policy), with a
+    manifest.json. Progress is kept in DIR/.progress.json: --resume goes on from it."""
+    from rich.progress import Progress as Bar
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from fhir_server.bulk.local import export_to_directory
+    from fhir_server.bulk.request import GROUP, PATIENT, SYSTEM
+    from fhir_server.outcome import FhirError
+    from fhir_server.store import StoreError
+
+    if patient_level and group:
+        fail("--patient-level and --group are two different exports: choose one")
+    level = GROUP if group else PATIENT if patient_level else SYSTEM
+    params = [*((("_type", types),) if types else ()), *((("_since", since),) if since else ()),
+              *(("_typeFilter", f) for f in type_filter)]
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()) and not resume:
+        fail(f"{out} is not empty: choose an empty directory, or --resume an export there")
+
+    async def run() -> Any:
+        from fhir_server.store import store_from_url
+
+        store = store_from_url(Settings().store_url)
+        await store.open()
+        try:
+            with Bar(SpinnerColumn(), TextColumn("{task.description}"),
+                     TextColumn("{task.completed} resources"), TimeElapsedColumn(),
+                     console=console) as bar:
+                task = bar.add_task("Exporting", total=None)
+                return await export_to_directory(
+                    store, out, params, level=level, group_id=group, page_size=page_size,
+                    resume=resume,
+                    progress=lambda n: bar.update(task, completed=n))
+        finally:
+            await store.close()
+
+    try:
+        manifest = asyncio.run(run())
+    except (FhirError, StoreError) as exc:
+        fail(str(exc))
+    for output in manifest["output"]:
+        console.print(f"{output['type']:32} {output['count']:>10}")
+    console.print(f"[green]Exported[/] {sum(o['count'] for o in manifest['output'])} "
+                  f"resources to {out}")
+
+
 hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
 app.add_typer(hl7, name="hl7")
 

@@ -42,6 +42,7 @@ from fhir_server.caller import CallerFhir
 from fhir_server.outcome import FhirError, Issue, operation_outcome
 from fhir_server.search.plan import MAX_COUNT, Cursor, SearchPlan, compartment
 from fhir_server.search.values import parse_reference
+from fhir_server.service import FhirService
 from fhir_server.store import StoredResource
 from fhir_server.validation import resource_types
 
@@ -293,3 +294,14 @@ def check_requested_types(caller: CallerFhir, request: ExportRequest) -> None:
             raise FhirError.of(403, "forbidden", f"{caller.access.describe().capitalize()} "
                                f"may not search {resource_type} resources"
                                f"{caller.access.explain(SEARCH, resource_type)}", "_type")
+
+
+async def check_filters(service: FhirService, request: ExportRequest) -> None:
+    """Each ``_typeFilter`` must be a search this server can run (400 naming it)."""
+    for resource_type, queries in request.type_filters.items():
+        for query in queries:
+            try:
+                await service.parse([resource_type], query_pairs(query), strict=True)
+            except FhirError as exc:
+                raise FhirError.of(400, "invalid", f"_typeFilter {resource_type}?{query}: "
+                                   f"{exc}", "_typeFilter") from None

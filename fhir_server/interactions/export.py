@@ -23,16 +23,14 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-from fhir_server.bulk.exporter import ERRORS, check_requested_types, file_name
+from fhir_server.bulk.exporter import ERRORS, check_filters, check_requested_types, file_name
 from fhir_server.bulk.jobs import COMPLETED, FAILED, BulkExports, expires_header, retry_after
 from fhir_server.bulk.request import (
     GROUP,
     NDJSON,
     PATIENT,
     SYSTEM,
-    ExportRequest,
     parse_request,
-    query_pairs,
 )
 from fhir_server.http import FhirResponse, check_format, parameter_values, read_json_body
 from fhir_server.interactions.context import FhirContext
@@ -75,24 +73,13 @@ async def _kick_off(ctx: FhirContext, request: Request, level: str,
                            known_types=frozenset(resource_types()), level_types=level_types,
                            group_id=group_id, strict="handling=strict" in prefer)
     check_requested_types(caller, export)
-    await _check_filters(ctx, export)
+    await check_filters(ctx.service, export)
     if group_id is not None:
         await caller.read("Group", group_id)  # 404 unknown, 403 not the caller's
     job_id = await jobs.kick_off(caller, export)
     return FhirResponse(information("The export has started; poll Content-Location"),
                         status_code=202, headers={
                             "Content-Location": _status_url(ctx, request, job_id)})
-
-
-async def _check_filters(ctx: FhirContext, export: ExportRequest) -> None:
-    """Each ``_typeFilter`` must be a search this server can run (400 naming it)."""
-    for resource_type, queries in export.type_filters.items():
-        for query in queries:
-            try:
-                await ctx.service.parse([resource_type], query_pairs(query), strict=True)
-            except FhirError as exc:
-                raise FhirError.of(400, "invalid", f"_typeFilter {resource_type}?{query}: "
-                                   f"{exc}", "_typeFilter") from None
 
 
 async def export_status(ctx: FhirContext, request: Request, job_id: str) -> Response:
