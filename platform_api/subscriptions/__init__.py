@@ -13,13 +13,15 @@ reach (``fhir_server.interactions.subscription``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from fhir_server.interactions.subscription import SUBSCRIPTIONS
 from platform_api.services import Services
 from platform_api.subscriptions.delivery import Deliveries
 from platform_api.subscriptions.notifications import notification_bundle, status_parameters
-from platform_api.subscriptions.service import Subscriptions
+from platform_api.subscriptions.service import RELOAD_SECONDS, Subscriptions
 from platform_api.subscriptions.websocket import PATH, BindingTokens, expiration, router
 
 JSON = dict[str, Any]
@@ -38,6 +40,7 @@ class Channels:
         self.deliveries = Deliveries(self.subscriptions, settings, base)
         self.subscriptions.delivery = self.deliveries
         self.tokens = BindingTokens(settings.subscription_ws_token_seconds)
+        self.reloading: asyncio.Task[None] | None = None
 
     def websocket_url(self, fhir_base: str) -> str:
         origin = fhir_base.removesuffix("/fhir")
@@ -90,6 +93,8 @@ async def start(services: Services) -> Channels:
     channels = channels_of(services)
     await channels.deliveries.start()
     await channels.subscriptions.load()
+    channels.reloading = asyncio.get_running_loop().create_task(
+        channels.subscriptions.reload_every(RELOAD_SECONDS))
     for topic in TOPICS:
         services.bus.subscribe(topic, channels.subscriptions.on_event,
                                consumer=f"{CONSUMER}_{topic.rsplit('.', 1)[1]}")
@@ -97,7 +102,15 @@ async def start(services: Services) -> Channels:
 
 
 async def stop(services: Services) -> None:
-    await channels_of(services).deliveries.stop()
+    channels = channels_of(services)
+    if channels.reloading is not None:
+        channels.reloading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await channels.reloading
+    await channels.deliveries.stop()
+    active = [a for a in channels.subscriptions.by_id.values() if a.events or a.errors]
+    if active:
+        await channels.subscriptions.record_status(*active)
 
 
 __all__ = ["Channels", "channels_of", "router", "start", "stop"]

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ log = logging.getLogger("healthplatform.subscriptions")
 JSON = dict[str, Any]
 OWNERS, STATUS = "subscription_owners", "subscription_status"
 ACCESS_SECONDS = 5.0  # how long a subscriber's access is reused before it is rebuilt
+RELOAD_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -106,11 +108,24 @@ class Subscriptions:
 
     # -- the index of active subscriptions -------------------------------------------------
     async def load(self) -> int:
-        """Index every active subscription (at start); how many."""
+        """Index every active (or failing) subscription; how many. At start, and every
+        ``RELOAD_SECONDS``: with several processes on NATS, each consumes only a share of
+        the Subscription events, so each re-reads the others' changes this way."""
         system = CallerFhir(self.fhir, SYSTEM)
-        for subscription in await system.search("Subscription", [("status", "active")]):
+        found = await system.search("Subscription", [("status", "active,error")])
+        for subscription in found:
             await self.refresh(subscription["id"], subscription)
+        for gone in set(self.by_id) - {s["id"] for s in found}:
+            self._forget(gone)
         return len(self.by_id)
+
+    async def reload_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.load()
+            except Exception:  # the next pass tries again; matching goes on meanwhile
+                log.exception("reloading the subscriptions failed")
 
     async def refresh(self, subscription_id: str, subscription: JSON | None = None) -> None:
         """Index (or forget) one subscription as it now stands in the store."""
@@ -120,6 +135,11 @@ class Subscriptions:
         known = self.by_id.get(subscription_id)
         if subscription is None or subscription.get("status") not in ("active", "error"):
             self._forget(subscription_id)
+            if subscription is None:  # deleted: what was kept of it goes too
+                async with self.services.store.unit_of_work() as uow:
+                    uow.delete_document(OWNERS, subscription_id)
+                    uow.delete_document(STATUS, subscription_id)
+                    await uow.commit()
             return
         try:
             criteria = await parse_criteria(self.fhir, subscription.get("criteria"))
@@ -224,11 +244,13 @@ class Subscriptions:
         return active.access
 
     # -- status ------------------------------------------------------------------------------
-    async def record_status(self, active: Active) -> None:
+    async def record_status(self, *actives: Active) -> None:
+        """Keep the counters (at each change of state, and of all at shutdown)."""
         async with self.services.store.unit_of_work() as uow:
-            uow.put_document(STATUS, active.id, {
-                "id": active.id, "events": active.events, "errors": active.errors,
-                "last_error": active.last_error})
+            for active in actives:
+                uow.put_document(STATUS, active.id, {
+                    "id": active.id, "events": active.events, "errors": active.errors,
+                    "last_error": active.last_error})
             await uow.commit()
 
     async def set_state(self, active: Active, status: str, error: str | None) -> None:

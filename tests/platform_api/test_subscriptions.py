@@ -338,3 +338,24 @@ async def test_subscriptions_survive_a_restart(tmp_path: Path,
             headers = {"Authorization": f"Bearer {login.json()['data']['token']}"}
             await glucose(c, headers, clinic.amina)
             await found.wait_for(1)
+
+
+async def test_a_deleted_or_switched_off_subscription_is_told_nothing_more(
+        app: Any, client: httpx.AsyncClient, clinic: Clinic,
+        receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    gone = (await subscribe(client, headers, f"{url}/deleted")).json()
+    off = (await subscribe(client, headers, f"{url}/off")).json()
+    assert (await client.delete(f"/fhir/Subscription/{gone['id']}",
+                                headers=headers)).status_code == 200
+    off["status"] = "off"
+    assert (await client.put(f"/fhir/Subscription/{off['id']}", headers=headers,
+                             json=off)).status_code == 200
+    await subscribe(client, headers, f"{url}/still-on")
+    await glucose(client, headers, clinic.amina)
+    [delivered] = await found.wait_for(1)
+    assert delivered["path"] == "/still-on"
+    store = app.state.services.store
+    assert await store.get_document("subscription_owners", gone["id"]) is None
+    assert await store.get_document("subscription_owners", off["id"]) is not None
