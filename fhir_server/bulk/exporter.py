@@ -59,16 +59,22 @@ class Progress:
     files: dict[str, JSON] = field(default_factory=dict)  # type → {count, bytes}
     exported: int = 0
     steps: int = 0  # how many steps there are (for X-Progress)
+    # What the steps are, fixed by the first run so a resumed one counts them the same:
+    # the types covered, and the version of the Group whose members are exported.
+    types: list[str] | None = None
+    group_version: int | None = None
 
     def to_json(self) -> JSON:
         return {"step": self.step, "cursor": self.cursor, "files": self.files,
-                "exported": self.exported, "steps": self.steps}
+                "exported": self.exported, "steps": self.steps, "types": self.types,
+                "group_version": self.group_version}
 
     @classmethod
     def from_json(cls, data: JSON | None) -> Progress:
         data = data or {}
         return cls(data.get("step", 0), data.get("cursor"), dict(data.get("files") or {}),
-                   data.get("exported", 0), data.get("steps", 0))
+                   data.get("exported", 0), data.get("steps", 0), data.get("types"),
+                   data.get("group_version"))
 
 
 Checkpoint = Callable[[Progress], Awaitable[None]]
@@ -102,11 +108,17 @@ class Exporter:
 
     # -- system and patient level: one step per (type, filter) -----------------------------
     async def _types(self) -> None:
-        steps = [(t, i) for t in await self.covered_types()
+        if self.progress.types is None:
+            self.progress.types = await self.covered_types()
+        steps = [(t, i) for t in self.progress.types
                  for i in range(max(1, len(self.request.type_filters.get(t, ()))))]
         self.progress.steps = len(steps)
         while self.progress.step < len(steps):
             resource_type, filter_index = steps[self.progress.step]
+            if not may_touch_type(self.caller.access, SEARCH, resource_type):
+                self.progress.step += 1  # resumed under narrower rights: skipped
+                self.progress.cursor = None
+                continue
             plan = await self._plan([resource_type], self._filter(resource_type, filter_index))
             async for page in self._pages(plan):
                 kept = [s for s in page if self._belongs(s)]
@@ -154,7 +166,10 @@ class Exporter:
     async def _group(self) -> None:
         members = await self.group_members()
         order = {patient_id: i for i, patient_id in enumerate(members)}
-        types = await self.covered_types()
+        if self.progress.types is None:
+            self.progress.types = await self.covered_types()
+        types = [t for t in self.progress.types
+                 if may_touch_type(self.caller.access, SEARCH, t)]
         self.progress.steps = len(members)
         while self.progress.step < len(members) and types:
             member = self.progress.step
@@ -169,9 +184,13 @@ class Exporter:
 
     async def group_members(self) -> list[str]:
         """The ids of the Group's active Patient members, in its order (403 when the
-        caller may not read the Group, 404 when there is none)."""
+        caller may not read the Group, 404 when there is none); of the version the export
+        started with, when it resumes."""
         assert self.request.group_id is not None
-        group = await self.caller.read_json("Group", self.request.group_id)
+        stored = await self.caller.read("Group", self.request.group_id,
+                                        self.progress.group_version)
+        self.progress.group_version = stored.version
+        group = orjson.loads(stored.body)
         members: list[str] = []
         for member in group.get("member") or []:
             reference = (member.get("entity") or {}).get("reference")

@@ -366,3 +366,38 @@ async def test_the_capability_statement_offers_the_export_operations(
             "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export"} in rest["operation"]
     group = next(r for r in rest["resource"] if r["type"] == "Group")
     assert any(o["definition"].endswith("group-export") for o in group["operation"])
+
+
+async def test_a_resumed_group_export_keeps_the_members_it_started_with(
+        app: Any, client: httpx.AsyncClient, tmp_path: Path, clinic: Clinic) -> None:
+    headers = clinic.admin["headers"]
+    group = (await client.post("/fhir/Group", headers=headers, json={
+        "resourceType": "Group", "type": "person", "actual": True, "member": [
+            {"entity": {"reference": f"Patient/{clinic.amina}"}},
+            {"entity": {"reference": f"Patient/{clinic.baraka}"}}]})).json()
+    caller = CallerFhir(app.state.services.fhir, SYSTEM)
+    request = ExportRequest("group", "test", group_id=group["id"])
+    saved: list[JSON] = []
+
+    class Cut(Exception):
+        pass
+
+    async def cut_after_first_page(progress: Progress) -> None:
+        saved.append(progress.to_json())
+        raise Cut
+
+    with pytest.raises(Cut):
+        await Exporter(caller, request, tmp_path / "out", Progress(), cut_after_first_page,
+                       page_size=1).run()
+    group["member"] = group["member"][1:]  # Amina leaves the cohort meanwhile
+    assert (await client.put(f"/fhir/Group/{group['id']}", headers=headers,
+                             json=group)).status_code == 200
+
+    async def keep(progress: Progress) -> None:
+        pass
+
+    await Exporter(caller, request, tmp_path / "out", Progress.from_json(saved[0]), keep,
+                   page_size=1).run()
+    patients = (tmp_path / "out" / "Patient.ndjson").read_bytes().splitlines()
+    assert sorted(orjson.loads(p)["id"] for p in patients) == sorted(
+        [clinic.amina, clinic.baraka])
