@@ -36,7 +36,8 @@ TAG = "FHIR"
 SPEC = "http://hl7.org/fhir/R4"
 
 STATUS_TEXT = {
-    200: "OK", 201: "Created", 304: "Not Modified: the version the client holds is current",
+    200: "OK", 201: "Created", 202: "Accepted: the work goes on in the background",
+    304: "Not Modified: the version the client holds is current",
     400: "Bad Request: a parameter or the body is not valid (the OperationOutcome names it)",
     401: "Unauthorized: no valid credentials (issue code login)",
     403: "Forbidden: the caller may not read or write this (issue code forbidden)",
@@ -49,6 +50,9 @@ STATUS_TEXT = {
     415: "Unsupported Media Type: the body is not FHIR JSON (PATCH: nor a patch format)",
     422: "Unprocessable Entity: the patch cannot apply to the resource",
     429: "Too Many Requests: retry after Retry-After seconds (issue code throttled)",
+    500: "Internal Server Error: the operation failed (a bulk export: the OperationOutcome "
+         "says why)",
+    501: "Not Implemented: the operation is not offered by this server",
 }
 RESULT_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("_count", "Results per page (at most 1000)"),

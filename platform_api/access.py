@@ -167,6 +167,20 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         ("POST", "/fhir/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),
         ("POST", "/fhir/{}/{}/$validate"): Rule(AUTHENTICATED, scope="{0}:read", limit="write"),
         ("GET", "/fhir/{}/{}/{}"): Rule(AUTHENTICATED, scope="{2}:read", limit="read"),
+        # Bulk Data export spans types (what it holds is the policy's, as for a system
+        # search): *:read; its status, files and cancel are the exporting client's only.
+        **{(method, path): all_read for method in ("GET", "POST")
+           for path in ("/fhir/$export", "/fhir/Patient/$export", "/fhir/Group/{}/$export")},
+        ("GET", "/fhir/$export-status/{}"): all_read,
+        ("DELETE", "/fhir/$export-status/{}"): all_read,
+        ("GET", "/fhir/$export-file/{}/{}"): all_read,
+        # Subscription operations read the Subscriptions they name
+        ("GET", "/fhir/Subscription/{}/$status"): Rule(AUTHENTICATED, scope="Subscription:read",
+                                                       limit="read"),
+        ("POST", "/fhir/Subscription/$get-ws-binding-token"): Rule(
+            AUTHENTICATED, scope="Subscription:read", limit="write"),
+        ("POST", "/fhir/Subscription/{}/$get-ws-binding-token"): Rule(
+            AUTHENTICATED, scope="Subscription:read", limit="write"),
     }
 
 

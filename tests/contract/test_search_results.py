@@ -283,7 +283,8 @@ async def test_capability_statement_lists_search_parameters_per_type(clinical):
     assert "Observation:subject" in observation["searchInclude"]
     patient = next(r for r in rest["resource"] if r["type"] == "Patient")
     assert "Observation:subject" in patient["searchRevInclude"]
-    assert {o["name"] for o in patient["operation"]} == {"validate", "everything", "match"}
+    assert {o["name"] for o in patient["operation"]} == {"validate", "everything", "match",
+                                                              "export"}
     assert {"birthdate", "family", "identifier", "_text", "_content"} <= {
         p["name"] for p in patient["searchParam"]}
 
