@@ -401,6 +401,9 @@ def export(
         manifest = asyncio.run(run())
     except (FhirError, StoreError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the same command with --resume goes on from the last page "
+             f"written to {out}", 130)
     for output in manifest["output"]:
         console.print(f"{output['type']:32} {output['count']:>10}")
     console.print(f"[green]Exported[/] {sum(o['count'] for o in manifest['output'])} "

@@ -28,6 +28,7 @@ indexed lookup per page), so the OR of several filters writes each resource once
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -255,6 +256,9 @@ class Exporter:
             if page.next is None:
                 return
             plan.cursor = page.next
+            # The SQLite store answers reads in the loop's thread, without suspending: a
+            # page at a time, the loop serves others (and a cancellation gets in).
+            await asyncio.sleep(0)
 
     def _write(self, found: list[StoredResource]) -> None:
         by_type: dict[str, list[bytes]] = {}

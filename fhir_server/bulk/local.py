@@ -52,11 +52,15 @@ async def export_to_directory(store: ResourceStore, out: Path, params: list[tupl
     if resume and not state.exists():
         raise FhirError.of(400, "not-found", f"{out} holds no export to resume")
     saved = orjson.loads(state.read_bytes()) if resume else {}
+    asked = {"params": [list(p) for p in params], "level": level, "group": group_id}
+    if resume and saved.get("asked") != asked:
+        raise FhirError.of(400, "invalid", "--resume must ask for what the export in "
+                           f"{out} was started with: {saved.get('asked')}")
     started = saved.get("transactionTime") or now_instant()
 
     async def checkpoint(current: Progress) -> None:
         temporary = state.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps({"transactionTime": started,
+        temporary.write_bytes(orjson.dumps({"transactionTime": started, "asked": asked,
                                             "progress": current.to_json()}))
         os.replace(temporary, state)
         if progress is not None:

@@ -18,6 +18,7 @@ import contextlib
 from typing import Any
 
 from fhir_server.interactions.subscription import SUBSCRIPTIONS
+from fhir_server.outcome import FhirError
 from platform_api.services import Services
 from platform_api.subscriptions.delivery import Deliveries
 from platform_api.subscriptions.notifications import notification_bundle, status_parameters
@@ -68,6 +69,9 @@ class Channels:
         """Bind ``socket`` to the token's subscriptions; a handshake for each."""
         bound = []
         for subscription_id in self.tokens.redeem(token):
+            if subscription_id not in self.subscriptions.by_id:
+                # just written: its event may not have reached the index yet
+                await self.subscriptions.refresh(subscription_id)
             active = self.subscriptions.by_id.get(subscription_id)
             if active is None:
                 continue  # deleted or turned off since: nothing to bind
@@ -77,6 +81,9 @@ class Channels:
             status = status_parameters(active.resource, base, "handshake", active.events,
                                        active.errors, active.last_error)
             await socket.send_json(notification_bundle(status, base))
+        if not bound:
+            raise FhirError.of(404, "not-found", "None of the token's subscriptions is "
+                               "active any more")
         return bound
 
 

@@ -127,6 +127,8 @@ def test_a_cut_off_export_resumes_and_writes_each_resource_once(
     monkeypatch.setattr(Exporter, "_write", write)
     refused = CliRunner().invoke(app, ["export", "--out", str(out)])
     assert refused.exit_code == 1 and "not empty" in refused.output
+    other = CliRunner().invoke(app, ["export", "--out", str(out), "--resume"])
+    assert other.exit_code == 1 and "started with" in other.output
     resumed = CliRunner().invoke(app, ["export", "--out", str(out), "--page-size", "1",
                                        "--type", "Patient,Observation", "--resume"])
     assert resumed.exit_code == 0, resumed.output
