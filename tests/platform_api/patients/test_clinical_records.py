@@ -87,11 +87,17 @@ async def test_audit_trail_says_who_changed_what_and_when(clinic):
     await clinic.client.put(url, json={"chief_complaint": "Fever, headache and vomiting",
                                        "notes": "Vomiting twice. IV artesunate."},
                             headers=clinic.nurse["headers"])
+    # The clinical audit writes its AuditEvents in batches: all of them now, so the trail
+    # is the same however busy the machine is (a full run once saw them, once not).
+    await clinic.app.state.services.extras["sessions.clinical_audit"].flush()
     audit = await clinic.client.get(f"{url}/audit", headers=clinic.doctor["headers"])
     assert audit.status_code == 200, audit.text
     body = audit.json()
-    assert body["meta"]["total"] == 2
-    latest, first = body["data"]
+    assert body["meta"]["total"] == len(body["data"])
+    events = [e for e in body["data"] if e["source"] == "audit-event"]
+    assert events and all(e["by"] in (clinic.doctor["user"]["id"], clinic.nurse["user"]["id"])
+                          for e in events)
+    latest, first = [e for e in body["data"] if e["source"] == "version"]
     assert (latest["action"], latest["by"], latest["version"], latest["note_version"]) == (
         "updated", clinic.nurse["user"]["id"], "2", "2")
     assert {c["field"]: (c["from"], c["to"]) for c in latest["changes"]} == {
@@ -101,7 +107,8 @@ async def test_audit_trail_says_who_changed_what_and_when(clinic):
     assert {c["field"] for c in first["changes"]} >= {"encounter_type", "notes"}
     # The patient reads their own record's trail; an outsider does not.
     own = await clinic.client.get(f"{url}/audit", headers=clinic.patient["headers"])
-    assert own.status_code == 200 and own.json()["meta"]["total"] == 2
+    assert own.status_code == 200  # the same trail, and the reads audited since
+    assert len([e for e in own.json()["data"] if e["source"] == "version"]) == 2
     refused = await clinic.client.get(f"{url}/audit", headers=clinic.outsider["headers"])
     assert refused.status_code == 403
 
