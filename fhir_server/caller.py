@@ -455,8 +455,8 @@ class FhirUnit:
         if if_none_exist is not None:
             condition = Condition(await self.caller.condition(body["resourceType"],
                                                               if_none_exist))
-        body = await self._authorized(CREATE, body, None, ownerless=ownerless)
-        body = await self._hooked(CREATE, body)
+        body = await self._authorized(CREATE, await self._hooked(CREATE, body), None,
+                                      ownerless=ownerless)
         staged = self.service.stage_create(
             self.uow, body, resource_id=body["id"], condition=condition, validated=True,
             index=await self.service.index(body, offload=offload))
@@ -478,9 +478,9 @@ class FhirUnit:
         current_json = orjson.loads(current.body) if current and not current.deleted else None
         if current_json is not None:
             self._check(UPDATE, current_json, "change")
-        body = await self._authorized(UPDATE if current_json is not None else CREATE,
-                                      dict(resource), current_json)
-        body = await self._hooked(UPDATE if current_json is not None else CREATE, body)
+        action = UPDATE if current_json is not None else CREATE
+        body = await self._authorized(action, await self._hooked(action, dict(resource)),
+                                      current_json)
         implied = if_match is None and current is not None and current_json is not None \
             and self.restricted
         staged = self.service.stage_update(
@@ -577,7 +577,8 @@ class FhirUnit:
         return settled
 
     async def _hooked(self, action: str, resource: JSON) -> JSON:
-        """``resource`` as the service's write hooks of its type leave it."""
+        """``resource`` as the service's write hooks of its type leave it (before the
+        access check, which so judges what will be stored)."""
         for hook in self.service.write_hooks.get(resource["resourceType"], ()):
             resource = await hook(self.access, action, resource, self)
         return resource

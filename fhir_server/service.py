@@ -105,11 +105,12 @@ class FhirService:
 
     def add_write_hook(self, resource_type: str, hook: WriteHook) -> None:
         """``await hook(access, action, resource, unit)`` before each create or update of
-        a ``resource_type`` is staged, once the caller may write it (``action`` create |
-        update; ``unit`` the :class:`~fhir_server.caller.FhirUnit`): it answers the
-        resource to store (it may set what the server manages, e.g. a Subscription's
-        status), may refuse it (a FhirError), and may stage documents in the same unit
-        (what the platform must know of the write, committed with it)."""
+        a ``resource_type`` is staged, before the caller's access is checked on what it
+        answers (``action`` create | update; ``unit`` the
+        :class:`~fhir_server.caller.FhirUnit`): it answers the resource to store (it may
+        set what the server manages, e.g. a Subscription's status), may refuse it (a
+        FhirError), and may stage documents in the same unit (what the platform must know
+        of the write, committed with it)."""
         self.write_hooks.setdefault(resource_type, []).append(hook)
 
     def add_access_listener(self, callback: AccessListener) -> None:

@@ -87,3 +87,50 @@ async def test_an_acting_unit_is_checked_against_its_own_access(service):
     async with unit:
         with pytest.raises(AccessDenied):
             await unit.acting_as(EncountersOnly()).create(bed())
+
+
+class OneClinic:
+    """A caller who creates and reads Encounters of one organization only."""
+
+    def grants(self, action: str) -> tuple[Grant, ...] | None:
+        return (Grant(frozenset({"Encounter"}), owners=frozenset({"kibera"})),) \
+            if action in (CREATE, READ) else ()
+
+    def describe(self) -> str:
+        return "a Kibera clerk"
+
+    def explain(self, action: str, resource_type: str) -> str:
+        return ""
+
+
+def owned_by(organization: str) -> dict[str, Any]:
+    return {**ENCOUNTER, "meta": {"security": [
+        {"system": "urn:healthplatform:organization", "code": organization}]}}
+
+
+async def test_a_write_hook_changes_what_is_stored_and_stages_with_the_write(service):
+    seen: list[tuple[Any, str]] = []
+
+    async def hook(access: Any, action: str, resource: dict[str, Any], unit: Any
+                   ) -> dict[str, Any]:
+        seen.append((access, action))
+        unit.put_document("encounter_notes", resource["id"], {"id": resource["id"]})
+        return {**resource, "status": "arrived"}
+
+    service.add_write_hook("Encounter", hook)
+    clerk = OneClinic()
+    stored, _ = await CallerFhir(service, clerk).create(owned_by("kibera"))
+    assert b'"arrived"' in stored.body and seen == [(clerk, CREATE)]
+    assert await service.store.get_document("encounter_notes", stored.id) is not None
+
+
+async def test_what_a_write_hook_answers_is_checked_against_the_callers_access(service):
+    async def hook(access: Any, action: str, resource: dict[str, Any], unit: Any
+                   ) -> dict[str, Any]:
+        unit.put_document("encounter_notes", resource["id"], {"id": resource["id"]})
+        return owned_by("mathare") | {"id": resource["id"]}  # another clinic's
+
+    service.add_write_hook("Encounter", hook)
+    with pytest.raises(AccessDenied):
+        await CallerFhir(service, OneClinic()).create(owned_by("kibera"))
+    assert await service.store.count_documents("encounter_notes") == 0
