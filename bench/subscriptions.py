@@ -187,6 +187,8 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "HEALTHPLATFORM_DATA_DIR": tempfile.mkdtemp(prefix="bench-subs-"),
            "HEALTHPLATFORM_HTTP_PORT": str(port), "HEALTHPLATFORM_MPI_AUTO_LINK": "false",
+           # the receiver is on loopback, which rest-hooks may not post to by default
+           "HEALTHPLATFORM_SUBSCRIPTION_ALLOW_PRIVATE_ENDPOINTS": "true",
            "HEALTHPLATFORM_RATE_LIMITS": json.dumps({"read": "100000000/60",
                                                      "write": "100000000/60",
                                                      "public": "100000000/60"})}

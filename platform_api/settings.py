@@ -365,6 +365,10 @@ class Settings(BaseSettings):
                                           "waiting per subscription; past it the oldest go")
     subscription_ws_token_seconds: float = Field(default=300.0, gt=0, description="How long "
                                                  "a websocket binding token is valid")
+    subscription_allow_private_endpoints: bool = Field(default=False, description="Let "
+                                                       "rest-hooks post to loopback, private "
+                                                       "and link-local addresses (a system "
+                                                       "on the clinic's own network)")
 
     @cached_property
     def store_url(self) -> str:

@@ -17,6 +17,8 @@ its search with ``_id`` of the resource added.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -106,6 +108,32 @@ def check_channel(subscription: JSON) -> None:
     if payload_content(subscription) not in (None, *CONTENTS):
         raise FhirError.of(400, "value", f"The payload content is one of {', '.join(CONTENTS)}",
                            "Subscription.channel.payload.extension")
+
+
+async def check_endpoint_address(subscription: JSON) -> None:
+    """Refuse a rest-hook endpoint on a loopback, private, link-local or reserved address
+    (a literal one, or a name resolving to one): the server would otherwise post for
+    anyone who may subscribe to what they cannot reach themselves (server-side request
+    forgery). A name that does not resolve is let through (its deliveries fail and say
+    so)."""
+    channel = subscription.get("channel") or {}
+    if channel.get("type") != "rest-hook":
+        return
+    host = urlsplit(str(channel.get("endpoint") or "")).hostname or ""
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(host, None)
+        except OSError:
+            return
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+    if any(a.is_loopback or a.is_private or a.is_link_local or a.is_reserved
+           or a.is_multicast or a.is_unspecified for a in addresses):
+        raise FhirError.of(400, "security", f"The endpoint's host {host!r} is on a local or "
+                           "private network, which this server does not post to (set "
+                           "HEALTHPLATFORM_SUBSCRIPTION_ALLOW_PRIVATE_ENDPOINTS to allow it)",
+                           "Subscription.channel.endpoint")
 
 
 def payload_content(subscription: JSON) -> str | None:

@@ -40,6 +40,7 @@ from platform_api.stored_principal import PrincipalIdentity
 from platform_api.subscriptions.criteria import (
     Criteria,
     check_channel,
+    check_endpoint_address,
     keys_of,
     matches,
     parse_criteria,
@@ -98,6 +99,8 @@ class Subscriptions:
             return resource
         await parse_criteria(self.fhir, resource.get("criteria"))
         check_channel(resource)
+        if not self.services.settings.subscription_allow_private_endpoints:
+            await check_endpoint_address(resource)
         if resource.get("status") == "requested":
             resource = {k: v for k, v in resource.items() if k != "error"}
             resource["status"] = "active"

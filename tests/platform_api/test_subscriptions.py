@@ -64,8 +64,10 @@ class Receiver:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Any:
+    # the receiver stands on loopback: allowed here, refused by default (see below)
     return make_settings(tmp_path, subscription_retry_seconds=0.05,
-                         subscription_delivery_attempts=2)
+                         subscription_delivery_attempts=2,
+                         subscription_allow_private_endpoints=True)
 
 
 @pytest.fixture
@@ -321,7 +323,7 @@ async def test_a_websocket_bound_with_a_token_gets_a_handshake_then_notification
 async def test_subscriptions_survive_a_restart(tmp_path: Path,
                                                receiver: tuple[Receiver, str]) -> None:
     found, url = receiver
-    settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, subscription_allow_private_endpoints=True)
     app = create_app(settings)
     async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app)
@@ -359,3 +361,22 @@ async def test_a_deleted_or_switched_off_subscription_is_told_nothing_more(
     store = app.state.services.store
     assert await store.get_document("subscription_owners", gone["id"]) is None
     assert await store.get_document("subscription_owners", off["id"]) is not None
+
+
+@pytest.mark.parametrize("endpoint", [
+    "http://127.0.0.1:8080/hook", "http://10.0.0.5/fhir", "http://169.254.169.254/latest",
+    "http://[::1]/hook", "http://localhost:9000/hook", "http://0.0.0.0/hook"])
+async def test_by_default_a_rest_hook_may_not_post_inside_the_servers_network(
+        tmp_path: Path, endpoint: str) -> None:
+    app = create_app(make_settings(tmp_path))
+    async with LifespanManager(app, startup_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            admin = await make_clinic_admin(c)
+            refused = await subscribe(c, admin["headers"], endpoint)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["issue"][0]["expression"] == ["Subscription.channel.endpoint"]
+            public = await subscribe(c, admin["headers"], "https://203.0.113.9/hook")
+            assert public.status_code == 400  # TEST-NET-3: reserved for documentation
+            outside = await subscribe(c, admin["headers"], "https://8.8.8.8/hook")
+            assert outside.status_code == 201, outside.text
