@@ -63,7 +63,13 @@ from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.ids import new_id
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.search.plan import MAX_OFFSET
-from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
+from fhir_server.store import (
+    ConditionChanged,
+    DuplicateDocument,
+    ResourceGone,
+    ResourceNotFound,
+    VersionConflict,
+)
 from fhir_server.validation import without_invalid_elements
 from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
@@ -113,6 +119,24 @@ class ApiContext:
         if self._unit is None:
             self._unit = self.fhir.unit()
         return self._unit
+
+    async def insert_once(self, collection: str, document: JSON, *, unique: tuple[str, str],
+                          event: tuple[str, JSON, str], refusal: tuple[str, str]) -> None:
+        """Store ``document`` (an /api document, not FHIR) and its ``event`` (topic,
+        payload, source), once: ``unique`` is (collection, key) of a key document the
+        store refuses to insert twice, so two requests at once cannot both store it; the
+        loser gets a 409 with ``refusal`` (code, message)."""
+        key_collection, key = unique
+        topic, payload, source = event
+        unit = self.unit()
+        async with unit:
+            unit.insert_document(key_collection, key, {"id": key, "document": document["id"]})
+            unit.put_document(collection, document["id"], document)
+            unit.emit(topic, payload, source_service=source)
+            try:
+                await unit.commit()
+            except DuplicateDocument:
+                raise conflict(*refusal) from None
 
     def with_access(self, access: PolicyAccess) -> "ApiContext":
         """This context acting with ``access`` (``PolicyAccess.adopting``: a membership

@@ -32,7 +32,7 @@ from fhir_server.caller import FhirUnit
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.ownership import owner_labels
-from fhir_server.store import DuplicateDocument, ResourceGone, ResourceNotFound
+from fhir_server.store import ResourceGone, ResourceNotFound
 from platform_api.envelope import (
     ApiError,
     Envelope,
@@ -148,16 +148,10 @@ async def enroll(course_id: str, body: EnrollRequest | None = None,
         "progress": 0.0, "modules_completed": [], "assessment_passed": None,
         "enrolled_at": now_instant(), "enrolled_by": ctx.principal.user_id,
         "completed_at": None, "revision": 0}
-    unit = ctx.unit()
-    async with unit:
-        key = f"{course_id}:{user_id}"
-        unit.insert_document(ENROLLMENT_KEYS, key, {"id": key, "enrollment_id": enrollment["id"]})
-        unit.put_document(ENROLLMENTS, enrollment["id"], enrollment)
-        unit.emit(TOPIC + "enrolled", enrollment_view(enrollment), source_service=SOURCE)
-        try:
-            await unit.commit()
-        except DuplicateDocument:
-            raise conflict("ALREADY_ENROLLED", "Already enrolled in this course") from None
+    await ctx.insert_once(
+        ENROLLMENTS, enrollment, unique=(ENROLLMENT_KEYS, f"{course_id}:{user_id}"),
+        event=(TOPIC + "enrolled", enrollment_view(enrollment), SOURCE),
+        refusal=("ALREADY_ENROLLED", "Already enrolled in this course"))
     return created(enrollment_view(enrollment))
 
 

@@ -29,8 +29,7 @@ from pydantic import BaseModel, Field
 
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
-from fhir_server.store import DuplicateDocument
-from platform_api.envelope import Envelope, PageEnvelope, Pagination, conflict, created, pagination
+from platform_api.envelope import Envelope, PageEnvelope, Pagination, created, pagination
 from platform_api.facade import ApiContext, api_context, conflict_responses
 from platform_api.organizations.members import documents_page
 from platform_api.workforce.common import (
@@ -140,17 +139,10 @@ async def create_shift_type(body: ShiftTypeCreate, ctx: ApiContext = Depends(api
     rules = shift_type(document)
     document |= {"crosses_midnight": rules.crosses_midnight, "minutes": rules.minutes,
                  "night": rules.night}
-    unit = ctx.unit()
-    async with unit:
-        key = f"{org_id}:{body.code}"
-        unit.insert_document(SHIFT_TYPE_CODES, key, {"id": key, "shift_type_id": document["id"]})
-        unit.put_document(SHIFT_TYPES, document["id"], document)
-        unit.emit(SHIFT_TYPE_CREATED, document, source_service=SOURCE)
-        try:
-            await unit.commit()
-        except DuplicateDocument:
-            raise conflict("SHIFT_TYPE_EXISTS", f"The organization has a shift type "
-                           f"{body.code!r}") from None
+    await ctx.insert_once(
+        SHIFT_TYPES, document, unique=(SHIFT_TYPE_CODES, f"{org_id}:{body.code}"),
+        event=(SHIFT_TYPE_CREATED, document, SOURCE),
+        refusal=("SHIFT_TYPE_EXISTS", f"The organization has a shift type {body.code!r}"))
     return created(ShiftTypeView.model_validate(document).model_dump(mode="json"))
 
 

@@ -142,16 +142,10 @@ async def offer_swap(body: SwapCreate, ctx: ApiContext = Depends(api_context)) -
         "skill": shift.get("skill"), "from_user_id": shift["user_id"],
         "to_user_id": body.to_user_id, "note": body.note, "status": "offered",
         "offered_at": now_instant(), "accepted_by": None, "accepted_at": None}
-    unit = ctx.unit()
-    async with unit:
-        key = f"{roster['id']}:{shift['id']}"
-        unit.insert_document(SWAP_OFFERS, key, {"id": key, "swap_id": swap["id"]})
-        unit.put_document(SWAPS, swap["id"], swap)
-        unit.emit(TOPIC + "swap_offered", swap_view(swap), source_service=SOURCE)
-        try:
-            await unit.commit()
-        except DuplicateDocument:
-            raise conflict("SWAP_EXISTS", "This shift is already on offer") from None
+    await ctx.insert_once(
+        SWAPS, swap, unique=(SWAP_OFFERS, f"{roster['id']}:{shift['id']}"),
+        event=(TOPIC + "swap_offered", swap_view(swap), SOURCE),
+        refusal=("SWAP_EXISTS", "This shift is already on offer"))
     return created(swap_view(swap))
 
 
