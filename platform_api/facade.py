@@ -50,7 +50,7 @@ page is rendered again from the resources without the elements the R4 schema ref
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Generic, TypeVar
@@ -81,12 +81,11 @@ from platform_api.envelope import (
     Pagination,
     conflict,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
 )
-from platform_api.policy import API_DOOR, PolicyAccess
+from platform_api.policy import API_DOOR, PolicyAccess, Target
 from platform_api.services import Services
 
 JSON = dict[str, Any]
@@ -137,6 +136,39 @@ class ApiContext:
                 await unit.commit()
             except DuplicateDocument:
                 raise conflict(*refusal) from None
+
+    # -- workflow actions: decided by the policy (platform_api.policy.actions) -------------
+    def authorize(self, action: str, organizations: Iterable[str] | str | None = None, *,
+                  patient_id: str | None = None, user_id: str | None = None,
+                  practitioner_id: str | None = None) -> None:
+        """403 (recorded) unless the policy's rule for ``action`` admits the caller on
+        this target."""
+        self.services.policy.authorize(self.access, action, Target.of(
+            organizations, patient_id=patient_id, user_id=user_id,
+            practitioner_id=practitioner_id))
+
+    def may(self, action: str, organizations: Iterable[str] | str | None = None, *,
+            patient_id: str | None = None, user_id: str | None = None,
+            practitioner_id: str | None = None) -> bool:
+        """Whether the policy's rule for ``action`` admits the caller (no refusal)."""
+        return self.services.policy.decide(self.access, action, Target.of(
+            organizations, patient_id=patient_id, user_id=user_id,
+            practitioner_id=practitioner_id)) is not None
+
+    def organizations_for(self, action: str) -> frozenset[str] | None:
+        """The organizations where the caller may do ``action`` (None: everywhere, a
+        platform administrator), e.g. what a list is narrowed to."""
+        return self.services.policy.organizations_for(self.access, action)
+
+    def elevate(self, reason: str) -> CallerFhir:
+        """The platform's own rights for a side effect of an action the policy permitted
+        this caller (``"<action>: <what it writes>"``; recorded with the caller)."""
+        return self.services.policy.elevate(reason, self.principal)
+
+    def elevate_unit(self, unit: FhirUnit, reason: str) -> FhirUnit:
+        """``unit`` going on with the platform's own rights for ``reason`` (recorded with
+        the caller): what it stages commits with the caller's own writes."""
+        return unit.acting_as(self.services.policy.elevated_access(reason, self.principal))
 
     def with_access(self, access: PolicyAccess) -> "ApiContext":
         """This context acting with ``access`` (``PolicyAccess.adopting``: a membership
@@ -224,7 +256,7 @@ class OrganizationScope(Scope):
     param: str = "org_id"
 
     async def enter(self, ctx: ApiContext, value: str) -> None:
-        await require_member(ctx, value)
+        await require_organization(ctx, value)
 
     def criteria(self, value: str) -> list[tuple[str, str]]:
         return [("_security", f"{OWNER_SYSTEM}|{value}")]
@@ -255,19 +287,26 @@ class PatientScope(Scope):
         return value in ctx.fhir.patients_of(resource)
 
 
-async def require_member(ctx: ApiContext, org_id: str) -> str | None:
-    """The caller's role in ``org_id`` (None for a platform administrator); 404 for an
-    unknown organization, 403 for a non-member."""
-    organization = await ctx.services.fhir.find_json("Organization", org_id)
-    if organization is None:
+async def require_organization(ctx: ApiContext, org_id: str,
+                               action: str = "organization.work-in") -> None:
+    """404 for an unknown organization; 403 unless the policy lets the caller do
+    ``action`` in it."""
+    # Organizations are directory entries any signed-in user may read.
+    if await ctx.fhir.find_json("Organization", org_id) is None:
         raise not_found("Organization")
-    role = ctx.access.subject.role_in(org_id)
-    if role is None and not ctx.access.subject.unrestricted:
-        if organization.get("active") is False:  # its members lose access until reactivated
-            raise ApiError(403, "ORGANIZATION_INACTIVE", "This organization is suspended or "
-                           "closed: its data cannot be reached until it is reactivated")
-        raise forbidden("You are not a member of this organization")
-    return role
+    ctx.authorize(action, org_id)
+
+
+async def require_member(ctx: ApiContext, org_id: str) -> str | None:
+    """TRANSITIONAL (being replaced by ``require_organization`` + ``ctx.authorize``)."""
+    await require_organization(ctx, org_id)
+    return ctx.access.subject.role_in(org_id)
+
+
+def require(condition: bool, message: str = "You do not have permission to do this") -> None:
+    """TRANSITIONAL (being replaced by ``ctx.authorize``)."""
+    if not condition:
+        raise ApiError(403, "FORBIDDEN", message)
 
 
 async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
@@ -862,11 +901,6 @@ def _has_tag(resource: JSON, token: str) -> bool:
                for t in (resource.get("meta") or {}).get("tag") or [] if isinstance(t, dict))
 
 
-def require(condition: bool, message: str = "You do not have permission to do this") -> None:
-    if not condition:
-        raise ApiError(403, "FORBIDDEN", message)
-
-
 # -- building endpoint signatures --------------------------------------------------------------
 def _path_params(prefix: str) -> list[str]:
     return [part[1:-1] for part in prefix.split("/") if part.startswith("{")]
@@ -903,6 +937,7 @@ __all__ = [
     "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
     "ListCriteria", "OrganizationScope", "PatientScope", "Scope", "SearchParam",
     "StatusTable", "Unique", "Write", "api_context", "create_unique", "is_duplicate",
-    "require", "require_member", "require_patient", "search_page", "staged_body",
+    "require", "require_member", "require_organization", "require_patient", "search_page",
+    "staged_body",
     "until_stable", "visible_patient",
 ]

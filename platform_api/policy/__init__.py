@@ -17,18 +17,36 @@ Two layers, both data:
 ``Policy.access(principal, door)`` is what a request handler asks for; SMART scopes join
 as one more narrowing of the same grants (types, the launch patient's compartment, token
 constraints: :mod:`~platform_api.policy.smart`).
+
+Workflow actions (sign, dispense, book, add a member, ...) are decided by
+``Policy.authorize(access, action, target)`` from the rules of
+:mod:`~platform_api.policy.actions`; the platform writes what a caller may not through the
+one named elevation, ``Policy.elevate(reason, on_behalf_of)``
+(:mod:`~platform_api.policy.elevation`). Both tell their listeners (the audit trail):
+every refusal and every elevation is recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from fhir_server.access import READ
+from fhir_server.access import READ, Access
+from fhir_server.caller import CallerFhir
 from fhir_server.service import FhirService
 from fhir_server.smart_scopes import ScopeUniverse
 from fhir_server.store import ResourceStore
 from platform_api.auth.principal import Principal, SmartAuthorization
+from platform_api.envelope import ApiError
+from platform_api.policy.actions import (
+    ORGANIZATION_INACTIVE,
+    Relation,
+    Role,
+    Target,
+    organizations_where,
+    rule,
+)
+from platform_api.policy.elevation import Elevation, ElevationListener, Elevator
 from platform_api.policy.grants import PolicyAccess, TypeFilter
 from platform_api.policy.roles import ORG_ROLES
 from platform_api.policy.smart import (
@@ -42,7 +60,20 @@ from platform_api.policy.subject import SUBJECT_TYPES, USER_SYSTEM, Subject, Sub
 FHIR_DOOR, API_DOOR = "fhir", "api"
 JSON = dict[str, Any]
 
-__all__ = ["API_DOOR", "FHIR_DOOR", "ORG_ROLES", "Policy", "PolicyAccess", "Subject"]
+__all__ = ["API_DOOR", "FHIR_DOOR", "ORG_ROLES", "Elevation", "Policy", "PolicyAccess",
+           "Refusal", "Subject", "Target"]
+
+
+class Refusal:
+    """A workflow action the policy refused: who, what, and the refusal said."""
+
+    __slots__ = ("action", "message", "principal")
+
+    def __init__(self, principal: Principal, action: str, message: str):
+        self.principal, self.action, self.message = principal, action, message
+
+
+RefusalListener = Callable[[Refusal], None]
 
 
 def _key_scopes(principal: Principal) -> TypeFilter:
@@ -67,6 +98,52 @@ class Policy:
         self._universe: tuple[str, ScopeUniverse] | None = None
         self._backends: dict[Principal, Subject] = {}
         self._narrowings: dict[SmartAuthorization, SmartNarrowing] = {}
+        self.elevator = Elevator(fhir)
+        self.refusal_listeners: list[RefusalListener] = []
+
+    # -- workflow actions ----------------------------------------------------------------
+    def decide(self, access: PolicyAccess, action: str, target: Target) -> Relation | None:
+        """The relation that lets the caller do ``action`` on ``target`` (None: refused)."""
+        return rule(action).admits(access.subject, target)
+
+    def authorize(self, access: PolicyAccess, action: str, target: Target) -> Relation:
+        """The relation that lets the caller act, or a 403 with the action's refusal
+        (recorded); ``ORGANIZATION_INACTIVE`` when the caller's role is in an organization
+        that is suspended or closed."""
+        found = rule(action)
+        relation = found.admits(access.subject, target)
+        if relation is not None:
+            return relation
+        code, message = found.code, found.refusal
+        if any(isinstance(r, Role) for r in found.relations) and \
+                not target.organizations.isdisjoint(access.subject.suspended):
+            code, message = ORGANIZATION_INACTIVE, (
+                "This organization is suspended or closed: its data cannot be reached "
+                "until it is reactivated")
+        refusal = Refusal(access.subject.principal, action, message)
+        for listener in self.refusal_listeners:
+            listener(refusal)
+        raise ApiError(403, code, message)
+
+    def organizations_for(self, access: PolicyAccess, action: str) -> frozenset[str] | None:
+        """The organizations where the caller may do ``action`` (None: everywhere)."""
+        return organizations_where(access.subject, action)
+
+    def elevate(self, reason: str, on_behalf_of: Principal | None = None) -> CallerFhir:
+        """The platform's own rights for ``reason`` (see :mod:`.elevation`)."""
+        return self.elevator.elevate(reason, on_behalf_of)
+
+    def elevated_access(self, reason: str, on_behalf_of: Principal | None = None
+                        ) -> Access:
+        """The system's access itself, for ``reason`` (recorded): for a unit that goes on
+        (``unit.acting_as(...)``) or a component built with an access."""
+        return self.elevator.elevated_access(reason, on_behalf_of)
+
+    def add_elevation_listener(self, listener: ElevationListener) -> None:
+        self.elevator.listeners.append(listener)
+
+    def add_refusal_listener(self, listener: RefusalListener) -> None:
+        self.refusal_listeners.append(listener)
 
     async def subject(self, principal: Principal) -> Subject:
         return await self.subjects.subject(principal)

@@ -48,6 +48,9 @@ class Subject:
     compiled: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     # A SMART backend services client an administrator registered for the whole platform.
     platform_wide: bool = False
+    # Organizations the user is a member of that are suspended or closed (no access: the
+    # refusal says why).
+    suspended: frozenset[str] = frozenset()
 
     @property
     def unrestricted(self) -> bool:
@@ -123,7 +126,8 @@ class SubjectLoader:
             # (keyed by what differs between them, see PolicyAccess.grants), so a user
             # with a session and a SMART app at once does not recompile on every request.
             base = Subject(principal, base.memberships, base.patient_id,
-                           base.practitioner_ids, base.consents, base.compiled)
+                           base.practitioner_ids, base.consents, base.compiled,
+                           base.platform_wide, base.suspended)
             if len(self._cache) <= 10_000:
                 self._cache[key] = (now if cached is None else cached[0], self._generation,
                                     base)
@@ -134,7 +138,8 @@ class SubjectLoader:
         members = await self.store.find_documents(MEMBERS, {"user_id": user_id},
                                                   limit=MAX_MEMBERSHIPS)
         memberships = {m["organization_id"]: m["role"] for m in members}
-        for org in await self._inactive(memberships):
+        suspended = frozenset(await self._inactive(memberships))
+        for org in suspended:
             memberships.pop(org)
         token = f"{USER_SYSTEM}|{user_id}"
         patients = await self.fhir.match_ids("Patient", [("identifier", token)], limit=2)
@@ -142,7 +147,7 @@ class SubjectLoader:
                                                   limit=20)
         consents = await self._consents(memberships, practitioners)
         return Subject(principal, memberships, patients[0] if len(patients) == 1 else None,
-                       frozenset(practitioners), consents)
+                       frozenset(practitioners), consents, suspended=suspended)
 
     async def _inactive(self, memberships: Mapping[str, str]) -> list[str]:
         """The organizations among ``memberships`` that are not active (suspended or

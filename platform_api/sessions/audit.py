@@ -72,7 +72,7 @@ from platform_api.auth.principal import Principal
 from platform_api.envelope import ApiError, Envelope, created, not_found
 from platform_api.facade import ApiContext, Facade, SearchParam, api_context
 from platform_api.observability import request_id_var, request_scope_var
-from platform_api.policy import PolicyAccess
+from platform_api.policy import Elevation, PolicyAccess, Refusal
 from platform_api.services import Services
 from platform_api.sessions.common import USER_SYSTEM, coding
 
@@ -109,6 +109,12 @@ class Note:
     address: str | None
     user_agent: str | None
     request_id: str | None
+    description: str | None = None  # an elevation's reason
+
+
+# The agent of the platform's own elevations (components working for no caller).
+PLATFORM = Principal(user_id="platform", kind="platform")
+ELEVATION = "elevation"
 
 
 def _client() -> tuple[str | None, str | None]:
@@ -165,8 +171,24 @@ class ClinicalAudit:
             self._wake.set()
 
     # -- in the background -----------------------------------------------------------------
+    def refused(self, refusal: Refusal) -> None:
+        """A workflow action the policy refused (an AuditEvent with outcome 4)."""
+        address, agent = _client()
+        self._notes.append(Note(refusal.principal, f"workflow:{refusal.action}", (),
+                                refusal.message, _now(), address, agent,
+                                request_id_var.get()))
+
+    def elevated(self, elevation: Elevation) -> None:
+        """The platform acting with its own rights, for whom and why."""
+        address, agent = _client()
+        self._notes.append(Note(elevation.principal or PLATFORM, ELEVATION, (),
+                                None, _now(), address, agent, request_id_var.get(),
+                                elevation.reason))
+
     def start(self) -> None:
         self.services.fhir.add_access_listener(self.note)
+        self.services.policy.add_refusal_listener(self.refused)
+        self.services.policy.add_elevation_listener(self.elevated)
         self._task = asyncio.create_task(self._run(), name="clinical-audit")
 
     async def stop(self) -> None:
@@ -219,7 +241,8 @@ class ClinicalAudit:
         groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
         for note in notes:
             key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
-                note.request_id, note.principal.user_id, note.interaction, note.refusal)
+                note.request_id, note.principal.user_id, note.interaction, note.refusal,
+                note.description)
             _first, resources = groups.setdefault(key, (note, {}))
             for resource in note.resources:
                 content = resource if isinstance(resource, dict) else _content(resource)
@@ -249,11 +272,15 @@ class ClinicalAudit:
                 "description": f"{len(resources)} resources"})
         entities += [_patient_entity(p) for p in patients[:MAX_PATIENTS]]
         interaction = INTERACTIONS.get(note.interaction, note.interaction)
+        restful = note.interaction in ACTIONS
+        subtype = coding(INTERACTION, interaction, interaction) if restful else coding(
+            SUBTYPES, interaction, interaction.replace(":", " "))
         event = audit_event(
-            note.principal, kind=coding(EVENT_TYPE, "rest", "RESTful Operation"),
-            subtype=coding(INTERACTION, interaction, interaction),
+            note.principal, kind=coding(EVENT_TYPE, "rest", "RESTful Operation") if restful
+            else coding(DCM, "110113", "Security Alert"), subtype=subtype,
             action=ACTIONS.get(note.interaction, "E"), recorded=note.recorded,
-            outcome="4" if note.refusal else "0", description=note.refusal,
+            outcome="4" if note.refusal else "0",
+            description=note.refusal or note.description,
             address=note.address, user_agent=note.user_agent, request_id=note.request_id,
             entities=entities, service=self.settings.service_name)
         return with_owners(event, owners) if owners else event
@@ -298,6 +325,10 @@ def _agents(principal: Principal, address: str | None, user_agent: str | None) -
         if user_agent:
             person["name"] = user_agent
         return [person]
+    if principal.kind == "platform":
+        return [{"type": {"coding": [coding(DCM, "110150", "Application")]},
+                 "who": {"identifier": {"system": SERVICE_SYSTEM, "value": "platform"},
+                         "display": "the platform"}, "requestor": True}]
     if principal.kind == "api_key":
         who = {"identifier": {"system": API_KEY_SYSTEM, "value": principal.token_id or ""},
                "display": "API key"}

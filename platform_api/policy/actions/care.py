@@ -1,0 +1,9 @@
+"""Workflow actions of the care areas: who may do each (see
+:mod:`platform_api.policy.actions`)."""
+
+from __future__ import annotations
+
+from platform_api.policy.actions import Rule
+
+RULES: dict[str, Rule] = {
+}

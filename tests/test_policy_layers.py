@@ -1,0 +1,131 @@
+"""The access policy decides every action, and the platform's own rights are one named
+call (platform_api.policy, STYLE.md §8). Read from the source, so a new route that decides
+access by hand, or a new place that acts as the system, fails here until it goes through
+the policy (or is added, with its reason, to the lists below)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("platform_api", "cds_hooks", "hl7_gateway")
+POLICY = "platform_api/policy/"
+
+# Modules that refuse with 403 for reasons that are not who-may-do-what decisions of the
+# policy's (the route table's middleware is the policy's route layer; authentication
+# refuses credentials; inbound webhooks refuse transports and senders).
+NOT_WORKFLOW_REFUSALS = {
+    "platform_api/access.py": "the route table (the policy's route layer) and its middleware",
+    "platform_api/envelope.py": "defines the envelope's refusal helpers",
+    "platform_api/auth/errors.py": "authentication: a suspended account",
+    "platform_api/auth/dependencies.py": "authentication: which credential reaches a route",
+    "platform_api/webhooks/inbound.py": "a webhook over plain HTTP",
+    "platform_api/webhooks/messaging.py": "a messaging provider's verification handshake",
+    "platform_api/webhooks/mobile_money.py": "a callback from outside the provider's addresses",
+}
+HAND_WRITTEN = re.compile(
+    r"\bforbidden\(|ApiError\(\s*403|\brequire\(|\.role_in\(|\.memberships\b"
+    r"|\.unrestricted\b|\bis_org_admin\b|\brequire_member\b|\brequire_org_admin\b"
+    r"|\brequire_manager\b|\brequire_role\b|\brequire_admin_of\b|\brequire_self_or_admin\b"
+    r"|\brequire_clinician\b")
+
+# The FHIR service's methods that read or write data without a caller's access.
+UNCHECKED = re.compile(
+    r"services\.fhir\.(read|read_json|find_json|search|search_page|match_ids|match_plan|"
+    r"stage_create|stage_update|stage_delete|parse)\(|\bfhir\.store\.")
+# Platform bookkeeping that writes with no caller by design (the audit trails themselves,
+# the event outbox): each with its reason.
+UNCHECKED_ALLOWED = {
+    "platform_api/audit.py": "the security audit trail writes its own AuditEvents",
+    "platform_api/sessions/audit.py": "the clinical audit trail writes its own AuditEvents",
+}
+
+# Every place the platform acts with more rights than its caller: module → the reasons
+# it names (policy.elevate / ctx.elevate / ctx.elevate_unit / elevated_access).
+ELEVATIONS: dict[str, set[str]] = {}
+
+
+def sources() -> dict[str, str]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            found[path.relative_to(ROOT).as_posix()] = path.read_text()
+    return found
+
+
+def code_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of a module that are code (docstrings and comments left out)."""
+    tree = ast.parse(text)
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return [(n, line.split("#", 1)[0]) for n, line in enumerate(text.splitlines(), 1)
+            if n not in docstrings]
+
+
+def test_no_hand_written_access_decisions_outside_the_policy():
+    found = []
+    for name, text in sources().items():
+        if name.startswith(POLICY) or name in NOT_WORKFLOW_REFUSALS:
+            continue
+        found += [f"{name}:{n}: {line.strip()}" for n, line in code_lines(text)
+                  if HAND_WRITTEN.search(line)]
+    assert found == [], "decide these through the policy (ctx.authorize / ctx.may):\n" + \
+        "\n".join(found)
+
+
+def test_only_the_policy_imports_the_system_access():
+    found = []
+    for name, text in sources().items():
+        if name == POLICY + "elevation.py":
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module == "fhir_server.access" \
+                    and any(a.name == "SYSTEM" for a in node.names):
+                found.append(name)
+    assert found == [], f"elevate through the policy instead: {found}"
+
+
+def test_areas_do_not_call_the_unchecked_fhir_service():
+    found = []
+    for name, text in sources().items():
+        if name.startswith(POLICY) or name in UNCHECKED_ALLOWED:
+            continue
+        found += [f"{name}:{n}: {line.strip()}" for n, line in code_lines(text)
+                  if UNCHECKED.search(line)]
+    assert found == [], "read and write through the caller's CallerFhir (or an " \
+        "elevation):\n" + "\n".join(found)
+
+
+ELEVATE = re.compile(r"\b(?:elevate|elevate_unit|elevated_access)\(")
+
+
+def elevation_sites() -> dict[str, set[str]]:
+    """Module → the reasons its elevations name (string literals only: a reason is
+    written where the elevation is, not computed)."""
+    sites: dict[str, set[str]] = {}
+    for name, text in sources().items():
+        if name.startswith(POLICY) or name == "platform_api/facade.py":
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("elevate", "elevate_unit", "elevated_access"):
+                reason = node.args[-1] if node.func.attr == "elevate_unit" and \
+                    len(node.args) == 2 else (node.args[0] if node.args else None)
+                assert isinstance(reason, ast.Constant) and isinstance(reason.value, str), \
+                    f"{name}:{node.lineno}: an elevation names its reason as a literal"
+                sites.setdefault(name, set()).add(reason.value)
+    return sites
+
+
+def test_every_elevation_site_is_listed_with_its_reason():
+    assert elevation_sites() == ELEVATIONS, (
+        "a new (or changed) elevation: add it to ELEVATIONS with its reason after "
+        "checking the action it serves is decided by the policy first")
