@@ -81,7 +81,10 @@ def _self(subject: Subject, action: str) -> list[Grant]:
     # Without a record yet the grant admits nothing, but a search of its types answers
     # an empty result, not a refusal: the relation exists, the record does not.
     own = frozenset({subject.patient_id}) if subject.patient_id is not None else frozenset()
-    grants.append(Grant(types, patients=own, relation=SELF))
+    # "Self" is the user's own Patient only: a Patient the master patient index linked to
+    # it is in its compartment (Patient.link), but another person's record; it is reached
+    # through what the user may read anyway, never through the link.
+    grants.append(Grant(types - {"Patient"}, patients=own, relation=SELF))
     return grants
 
 

@@ -384,3 +384,33 @@ async def test_consent_opens_a_patients_record_to_an_organization_until_revoked(
                                    headers=world.h("mathare_admin"))).status_code == 200
     assert (await world.client.get(f"/fhir/Patient/{mathare_patient}", headers=doctor)
             ).status_code == 403
+
+
+async def test_a_record_the_patient_index_linked_does_not_widen_self(world):
+    """Result 4 of issue 31: another person's record linked to the user's own (as the
+    master patient index links a probable duplicate, both ways) stays that person's."""
+    own = world.ids["baraka_patient"]
+    other = {"resourceType": "Patient", "name": [{"family": "Mwangi", "given": ["Baraka"]}],
+             "identifier": [{"system": "urn:kcc:mrn", "value": "KCC-0420"}],
+             "link": [{"other": {"reference": f"Patient/{own}"}, "type": "seealso"}]}
+    other_id = await _created(await world.client.post(
+        "/fhir/Patient", json=other, headers=world.h("kibera_admin")))
+    mine = (await world.get("kibera_admin", f"/fhir/Patient/{own}")).json()
+    mine["link"] = [{"other": {"reference": f"Patient/{other_id}"}, "type": "seealso"}]
+    updated = await world.client.put(f"/fhir/Patient/{own}", json=mine,
+                                     headers=world.h("kibera_admin"))
+    assert updated.status_code == 200, updated.text
+    other_obs = await _created(await world.client.post(
+        "/fhir/Observation", json=heart_rate(other_id, 91), headers=world.h("doctor")))
+    # The user's own record: still theirs.
+    assert (await world.get("baraka", f"/fhir/Patient/{own}")).status_code == 200
+    # The linked person's record and data: refused, and found by no search.
+    assert (await world.get("baraka", f"/fhir/Patient/{other_id}")).status_code == 403
+    assert (await world.get("baraka", f"/api/patients/{other_id}")).status_code == 403
+    assert (await world.get("baraka", f"/fhir/Observation/{other_obs}")).status_code == 403
+    assert await world.found("baraka", "/fhir/Patient") == {"baraka_patient"}
+    assert other_id not in await world.found("baraka", "/fhir/Patient",
+                                              _revinclude="Patient:link")
+    assert other_obs not in await world.found("baraka", "/fhir/Observation")
+    # The clinic that keeps both still reads both.
+    assert (await world.get("kibera_admin", f"/fhir/Patient/{other_id}")).status_code == 200
