@@ -572,8 +572,10 @@ class FhirUnit:
         for patient_id in sorted(patients):
             patient = await self._patient(patient_id)
             if patient is not None and not self.caller.admitted(READ, patient):
+                # No id in the text: it lands in the audit trail of the writer's own
+                # organization, which must not learn another's patients from it.
                 self._refused(action, settled, f"{self.caller._who()} may not write records "
-                              f"about Patient/{patient_id}")
+                              "about a patient whose record you may not read")
         return settled
 
     async def _hooked(self, action: str, resource: JSON) -> JSON:

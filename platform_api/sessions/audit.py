@@ -258,6 +258,10 @@ class ClinicalAudit:
         owners: set[str] = set()
         for resource in resources:
             owners |= owner_labels(resource)
+            if note.refusal and isinstance(note.resources[0], dict):
+                # A refused write: it names patients the writer may not see, and the event
+                # is its own organization's to read; the resource entity says what it was.
+                continue
             for patient_id in sorted(compartments.patients_of(resource)):
                 if patient_id not in patients:
                     patients.append(patient_id)
