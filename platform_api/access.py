@@ -33,7 +33,7 @@ counter: a few microseconds (``bench/auth.py``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi.routing import iter_route_contexts
@@ -360,12 +360,77 @@ ALL_SCOPES = "*:*"  # every resource, every action; "*" alone means the same
 SPECIAL_SCOPES = frozenset({"smart:register"})
 
 
-def scope_granted(scopes: frozenset[str], required: str) -> bool:
+# An /api collection's name → the FHIR type its facade serves ("patients" → "Patient"),
+# from the routes the facade kit built (``bind_resource_routes``): a key's scope and a
+# route's required scope are compared in FHIR types, whichever spelling either uses.
+SCOPE_ALIASES: dict[str, str] = {}
+
+
+def _granted(scopes: frozenset[str], required: str) -> bool:
     if required in scopes:
         return True
     resource, _, action = required.partition(":")
     return f"{resource}:*" in scopes or f"*:{action}" in scopes or ALL_SCOPES in scopes \
         or "*" in scopes
+
+
+def _canonical(scope: str) -> str:
+    resource, colon, action = scope.partition(":")
+    return f"{SCOPE_ALIASES.get(resource, resource)}{colon}{action}"
+
+
+def scope_granted(scopes: frozenset[str], required: str) -> bool:
+    """Whether a key's ``scopes`` cover ``required`` (``<resource>:<action>``, wildcards
+    on either side; an /api collection name and its FHIR type are one resource)."""
+    if _granted(scopes, required):
+        return True
+    if not SCOPE_ALIASES:
+        return False
+    return _granted(frozenset(_canonical(s) for s in scopes), _canonical(required))
+
+
+def resource_routes(app_routes: Iterable[Any]) -> dict[tuple[str, str], str]:
+    """``(method, normalized path)`` → the FHIR type, for each route the facade kit built
+    (its endpoints carry ``fhir_type``)."""
+    found: dict[tuple[str, str], str] = {}
+    for context in iter_route_contexts(list(app_routes)):
+        kind = getattr(getattr(context.original_route, "endpoint", None), "fhir_type", None)
+        if kind is None or context.path is None:
+            continue
+        for method in context.methods or ():
+            if method != "HEAD":
+                found[(method, normalize(context.path))] = kind
+    return found
+
+
+def with_resource_scopes(table: Mapping[tuple[str, str], Rule],
+                         resources: Mapping[tuple[str, str], str]
+                         ) -> dict[tuple[str, str], Rule]:
+    """The table with each facade route's API-key scope named by the FHIR type it acts on
+    (``GET /api/organizations/{id}/patients`` needs ``Patient:read``, which
+    ``patients:read`` also names), not by its URL's first segment."""
+    scoped = dict(table)
+    for key, kind in resources.items():
+        rule = scoped.get(key)
+        if rule is None or rule.scope is None or "{" in rule.scope:
+            continue
+        verb = "read" if key[0] in ("GET", "HEAD") else "write"
+        scoped[key] = replace(rule, scope=f"{kind}:{verb}")
+    return scoped
+
+
+def bind_resource_routes(app_routes: Iterable[Any]) -> dict[tuple[str, str], Rule]:
+    """The access table for an app's routes, and the /api collection names as aliases of
+    their FHIR types (an /api collection at ``/api/<name>`` whose facade serves one type)."""
+    resources = resource_routes(app_routes)
+    named: dict[str, set[str]] = {}
+    for (_method, path), kind in resources.items():
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) in (2, 3) and (len(parts) == 2 or parts[2] == "{}"):
+            named.setdefault(parts[1], set()).add(kind)
+    SCOPE_ALIASES.update({name: kinds.pop() for name, kinds in named.items()
+                          if len(kinds) == 1})
+    return with_resource_scopes(ACCESS_TABLE, resources)
 
 
 # -- matching requests -----------------------------------------------------------------
@@ -523,11 +588,15 @@ class AccessMiddleware:
         self._control: AccessControl | None = None
         self._auth: Any = None
 
-    def control(self) -> AccessControl:
+    def control(self, app: Any = None) -> AccessControl:
         # From the table alone: a route it does not list matches nothing and passes
-        # through (see unlisted_routes).
+        # through (see unlisted_routes). The app's facade routes name their API-key scope
+        # by FHIR type (bind_resource_routes).
         if self._control is None:
-            self._control = AccessControl(self.table)
+            table = self.table
+            if app is not None and table is ACCESS_TABLE:
+                table = bind_resource_routes(getattr(app, "routes", ()))
+            self._control = AccessControl(table)
         return self._control
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -538,7 +607,7 @@ class AccessMiddleware:
         root = scope.get("root_path")
         if root and path.startswith(root):
             path = path[len(root):]
-        found = self.control().match(scope["method"], path)
+        found = self.control(scope.get("app")).match(scope["method"], path)
         if found is None:
             await self.app(scope, receive, send)
             return

@@ -686,6 +686,7 @@ class Facade:
                 found, total = await facade.search(ctx, page, criteria)
                 return page.respond(await facade.render(ctx, found), total)
             _declare(list_route, scope, query=query_model)
+            list_route.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(prefix, list_route, methods=["GET"], response_model=page_env,
                                  summary=said["list"], tags=list(self.tags) or None)
 
@@ -699,6 +700,7 @@ class Facade:
                 return created(await facade.render_one(ctx, stored))
             _declare(create_route, scope, body=create_model)
             conflicts = {self.unique.code: self.unique.message} if self.unique else {}
+            create_route.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(prefix, create_route, methods=["POST"], status_code=201,
                                  response_model=view_env, summary=said["create"],
                                  tags=list(self.tags) or None,
@@ -709,6 +711,7 @@ class Facade:
                                 **path: str) -> Any:
                 return ok(await facade.render_one(ctx, await facade.load(ctx, resource_id)))
             _declare(get_route, scope)
+            get_route.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(prefix + "/{resource_id}", get_route, methods=["GET"],
                                  response_model=view_env, summary=said["get"],
                                  tags=list(self.tags) or None)
@@ -722,6 +725,7 @@ class Facade:
                                                  body.model_dump(exclude_unset=True))
                 return ok(await facade.render_one(ctx, saved))
             _declare(update_route, scope, body=update_model)
+            update_route.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(prefix + "/{resource_id}", update_route,
                                  methods=[update_method], response_model=view_env,
                                  summary=said["update"], tags=list(self.tags) or None)
@@ -732,6 +736,7 @@ class Facade:
                 await facade.delete_one(ctx, resource_id)
                 return ok({"id": resource_id, "deleted": True})
             _declare(delete_route, scope)
+            delete_route.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(prefix + "/{resource_id}", delete_route, methods=["DELETE"],
                                  summary=said["delete"], tags=list(self.tags) or None)
 
@@ -760,6 +765,7 @@ class Facade:
             _declare(endpoint, scope, body=body, body_name="request_body")
             endpoint.__name__ = handler.__name__
             endpoint.__doc__ = handler.__doc__
+            endpoint.fhir_type = facade.resource  # type: ignore[attr-defined]
             router.add_api_route(self._prefix + path, endpoint, methods=[method],
                                  status_code=status_code,
                                  response_model=Envelope[self.view],  # type: ignore[name-defined]

@@ -80,8 +80,7 @@ def test_admin_operations_need_platform_admins_and_user_administration_super_adm
 
 def test_api_key_scopes_follow_the_path_and_stay_off_account_routes() -> None:
     assert ACCESS_TABLE[("GET", "/api/vitals/{}")].scope == "vitals:read"
-    assert ACCESS_TABLE[("POST", "/api/organizations/{}/patients")].scope == (
-        "organizations:write")
+    assert ACCESS_TABLE[("GET", "/api/organizations/{}")].scope == "organizations:read"
     assert ACCESS_TABLE[("GET", "/fhir/{}/{}")].required_scope(["Patient", "p1"]) == (
         "Patient:read")
     for keyless in (("POST", "/api/developer/keys"), ("GET", "/api/auth/me"),
@@ -266,3 +265,17 @@ async def test_fhir_refusals_are_operation_outcomes(client: httpx.AsyncClient) -
     assert body["resourceType"] == "OperationOutcome"
     assert body["issue"][0]["code"] == "login"
     assert (await client.get("/fhir/metadata")).status_code == 200
+
+
+def test_facade_routes_name_their_scope_by_fhir_type(tmp_path) -> None:
+    from platform_api.access import bind_resource_routes
+    from platform_api.app import create_app
+    from tests.conftest import make_settings
+
+    table = bind_resource_routes(create_app(make_settings(tmp_path)).routes)
+    assert table[("POST", "/api/organizations/{}/patients")].scope == "Patient:write"
+    assert table[("GET", "/api/organizations/{}/patients")].scope == "Patient:read"
+    assert table[("GET", "/api/patients/{}/allergies")].scope == "AllergyIntolerance:read"
+    assert scope_granted(frozenset({"patients:read"}), "Patient:read")
+    assert scope_granted(frozenset({"Patient:read"}), "patients:read")
+    assert not scope_granted(frozenset({"organizations:read"}), "Patient:read")

@@ -116,8 +116,38 @@ async def test_a_key_reaches_what_its_scopes_name_and_nothing_else(
     assert (await client.post("/fhir/Observation", json=OBSERVATION, headers=writer)
             ).status_code == 403
     assert (await client.get("/api/patients/me", headers=writer)).status_code == 404  # no profile
-    assert refusal(await client.get("/api/patients/me", headers=reader)) == (
+    observations = api_key(await create_key(client, user["headers"], ["Observation:read"]))
+    assert refusal(await client.get("/api/patients/me", headers=observations)) == (
         403, "INSUFFICIENT_SCOPE")
+
+
+async def test_key_scopes_name_resource_types_not_url_prefixes(
+    client: httpx.AsyncClient, clinic_admin: dict[str, Any]
+) -> None:
+    """Result 7 of issue 31: an organization's patient list is Patient data, whichever
+    path reaches it; ``patients:read`` (the /api name) and ``Patient:read`` are one scope."""
+    org = clinic_admin["org_id"]
+    made = await client.post(f"/api/organizations/{org}/patients",
+                             headers=clinic_admin["headers"], json={
+                                 "first_name": "Amina", "last_name": "Odhiambo",
+                                 "date_of_birth": "1988-04-12", "gender": "female"})
+    assert made.status_code == 201, made.text
+    listed = f"/api/organizations/{org}/patients"
+    for scopes in (["patients:read"], ["Patient:read"], ["*:read"]):
+        key = api_key(await create_key(client, clinic_admin["headers"], scopes))
+        answer = await client.get(listed, headers=key)
+        assert answer.status_code == 200, (scopes, answer.text)
+        assert answer.json()["meta"]["total"] == 1
+        assert (await client.get("/fhir/Patient", headers=key)).status_code == 200
+    # The URL's first segment is no longer the scope: organizations:read is about
+    # Organizations, not their patients; and reading is not writing.
+    for scopes in (["organizations:read"], ["Observation:read"]):
+        key = api_key(await create_key(client, clinic_admin["headers"], scopes))
+        assert refusal(await client.get(listed, headers=key)) == (403, "INSUFFICIENT_SCOPE")
+    reader = api_key(await create_key(client, clinic_admin["headers"], ["patients:read"]))
+    assert refusal(await client.post(listed, headers=reader, json={
+        "first_name": "Baraka", "last_name": "Mwangi", "date_of_birth": "1990-01-01",
+        "gender": "male"})) == (403, "INSUFFICIENT_SCOPE")
 
 
 async def test_keys_cannot_manage_keys_or_the_account(
