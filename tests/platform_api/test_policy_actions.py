@@ -114,3 +114,11 @@ def test_every_rule_says_what_it_is_and_the_table_renders():
     assert all(rule.summary and rule.relations for rule in rules().values())
     table = render_actions()
     assert "`organization.manage`" in table and "`ORG:ADMIN` of the organization" in table
+
+
+def test_the_readme_shows_the_rules_as_they_are():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    shown = readme.split("<!-- workflow-actions -->")[1].split("<!-- /workflow-actions -->")[0]
+    assert shown.strip() == render_actions(), "run scripts/render_workflow_actions.py"
