@@ -5,14 +5,17 @@
   each organization they already belong to). The short envelope's payload carries no
   names: they are then read from the account.
 - ``platform.organization.member_added``: a member who has a doctor profile is linked to
-  the organization (a PractitionerRole owned by it).
+  the organization (a PractitionerRole owned by it): this is how a doctor who accepted
+  an organization's invitation comes to practise there.
 - ``platform.organization.member_removed``: the doctor's role at that organization goes.
 
 Every handler is idempotent on the event id: its effect commits together with a receipt
 (``event_receipts/<handler>:<event id>``), and an event already received is skipped; the
 effects are idempotent by themselves too (conditional creates on the user identifier and
 on practitioner + organization), so a redelivery of the same change under another id
-changes nothing either. A handler that fails leaves a dead letter (the bus).
+changes nothing either. A handler that fails leaves a dead letter (the bus). The
+consumers write with the platform's rights, elevated once when they are built (recorded
+in the audit trail).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from platform_api.doctors.profiles import (
     role_at,
     stage_org_role,
 )
-from platform_api.doctors.records import platform_fhir, practitioner_of_user, roles_of
+from platform_api.doctors.records import practitioner_of_user, roles_of
 from platform_api.events import Event
 from platform_api.organizations.members import MEMBER_ADDED, MEMBER_REMOVED
 from platform_api.services import Services
@@ -63,6 +66,11 @@ async def _commit(unit: FhirUnit) -> None:
 class DoctorConsumers:
     def __init__(self, services: Services):
         self.services = services
+        # The consumers work for the platform on events already decided (a registration,
+        # an accepted invitation, a removal): elevated once, when they are built.
+        self.fhir = services.policy.elevate(
+            "doctors consumers: create a registered doctor's profile, and give or take "
+            "their PractitionerRole at an organization as their membership comes or goes")
 
     async def user_created(self, event: Event) -> None:
         payload = event["payload"]
@@ -77,7 +85,7 @@ class DoctorConsumers:
                 raise LookupError(f"user {user_id} of the event is not known")
             names = {k: account[k] for k in ("first_name", "last_name")}
         try:
-            await create_profile(self.services, user_id, {
+            await create_profile(self.services, self.fhir, user_id, {
                 **names, **({"email": payload["email"]} if payload.get("email") else {}),
                 "title": "Dr."}, also=lambda unit: _stage_receipt(
                 unit, "doctors.user_created", event))
@@ -89,13 +97,13 @@ class DoctorConsumers:
         payload = event["payload"]
         if await _received(self.services, "doctors.member_added", event):
             return
-        practitioner = await practitioner_of_user(self.services, payload["user_id"])
+        practitioner = await practitioner_of_user(self.fhir, payload["user_id"])
         if practitioner is None:
             return
         org_id = payload["organization_id"]
-        specialties = [s for r in await roles_of(self.services, practitioner["id"])
+        specialties = [s for r in await roles_of(self.fhir, practitioner["id"])
                        if r.get("organization") is None for s in r.get("specialty", [])]
-        unit = platform_fhir(self.services).unit()
+        unit = self.fhir.unit()
         async with unit:
             staged = await stage_org_role(unit, practitioner["id"], org_id, specialties)
             unit.after_writes(lambda staging: None if staged.existing else staging.emit(
@@ -108,12 +116,12 @@ class DoctorConsumers:
         payload = event["payload"]
         if await _received(self.services, "doctors.member_removed", event):
             return
-        practitioner = await practitioner_of_user(self.services, payload["user_id"])
+        practitioner = await practitioner_of_user(self.fhir, payload["user_id"])
         if practitioner is None:
             return
         org_id = payload["organization_id"]
-        role = await role_at(self.services, practitioner["id"], org_id)
-        unit = platform_fhir(self.services).unit()
+        role = await role_at(self.fhir, practitioner["id"], org_id)
+        unit = self.fhir.unit()
         async with unit:
             if role is not None:
                 await unit.delete("PractitionerRole", role["id"])

@@ -21,8 +21,9 @@ Diagnostic report (/api → DiagnosticReport):
     effective_at → effectiveDateTime; encounter_id → encounter.
     ``POST …/sign`` makes it ``final``: ``issued`` is the signing instant and the signer
     joins ``resultsInterpreter``; only a doctor or a lab member (``ORG:DOCTOR``,
-    ``ORG:LAB``) of an organization that owns the report signs (403 otherwise), and a
-    report already signed can only be amended or corrected (409 ``INVALID_TRANSITION``).
+    ``ORG:LAB``) of an organization that owns the report signs (403 otherwise: the
+    policy's ``diagnostic-report.sign``), and a report already signed can only be amended
+    or corrected (409 ``INVALID_TRANSITION``).
 
 Imaging study (/api → ImagingStudy):
     patient_id → subject; modality (DICOM: CR, CT, DX, MG, MR, NM, PT, RF, US, XA, OT) →
@@ -57,7 +58,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from fhir_server.clock import now_instant
 from fhir_server.ownership import owner_labels
-from platform_api.envelope import ApiError, forbidden
+from platform_api.envelope import ApiError
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -78,7 +79,6 @@ from platform_api.fhir_values import (
     referenced_user,
     user_reference,
 )
-from platform_api.policy.roles import ORG_DOCTOR, ORG_LAB
 from platform_api.policy.subject import USER_SYSTEM
 
 JSON = dict[str, Any]
@@ -100,8 +100,6 @@ MODALITIES = {"CR": "Computed Radiography", "CT": "Computed Tomography",
               "NM": "Nuclear Medicine", "PT": "Positron emission tomography",
               "RF": "Radio Fluoroscopy", "US": "Ultrasound", "XA": "X-Ray Angiography",
               "OT": "Other"}
-# Who signs a diagnostic report: the organization's doctors and its laboratory.
-SIGNING_ROLES = frozenset({ORG_DOCTOR, ORG_LAB})
 ServiceCategory = Literal["laboratory", "imaging", "procedure", "referral", "counselling",
                           "education"]
 ReportCategory = Literal["laboratory", "radiology", "pathology", "cardiology", "other"]
@@ -541,10 +539,8 @@ imaging_studies.status_route(
                           summary="Sign a diagnostic report (final; the signer is recorded)")
 async def sign_report(ctx: ItemContext[Any]) -> JSON:
     """A doctor or lab member of an organization owning the report signs it."""
-    report, subject = ctx.resource, ctx.access.subject
-    if not any(subject.role_in(org) in SIGNING_ROLES for org in owner_labels(report)):
-        raise forbidden("Only a doctor or the laboratory (ORG:DOCTOR, ORG:LAB) of the "
-                        "report's organization signs it")
+    report = ctx.resource
+    ctx.authorize("diagnostic-report.sign", owner_labels(report))
     signed = REPORT_STATUS.move(report, "final")
     signed = {**signed, "issued": now_instant(),
               "resultsInterpreter": [*signed.get("resultsInterpreter", []), _me(ctx)]}

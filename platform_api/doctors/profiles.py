@@ -13,16 +13,31 @@ administrators, and the organizations a doctor practises at.
   reason (422), an approval a licence number (409 ``INCOMPLETE_PROFILE``). Moves:
   pending → verified | rejected; rejected → verified | pending; verified → rejected |
   pending; others are 409 ``INVALID_TRANSITION``. Only verified doctors are public.
-- ``POST /api/doctors/:id/organizations`` (``{organization_id}``): an ``ORG:ADMIN`` of
-  that organization (or a platform administrator) adds the doctor (the doctor's account
-  becomes an ``ORG:DOCTOR`` member, ``platform.organization.member_added``), or the
-  doctor links themselves to an organization they are already a member of; either way
-  a PractitionerRole for the organization (409 ``ALREADY_LINKED``).
+- ``POST /api/doctors/:id/organizations`` (``{organization_id}``; the spec's "join an
+  organization"): an ``ORG:ADMIN`` of that organization (or a platform administrator)
+  **invites** the doctor. The answer is 202 with the pending invitation (the
+  organizations' invitation, :mod:`platform_api.organizations.invitations`: e-mailed to
+  the doctor's account address, single-use, expiring, revocable by the organization);
+  nothing about the doctor changes until the doctor accepts it (``POST
+  /api/organizations/invitations/accept``, signed in as themselves): then they become an
+  ``ORG:DOCTOR`` member (``platform.organization.member_added``) and, from that event, get
+  their PractitionerRole at the organization (:mod:`.consumers`). The invitation's views
+  never show the doctor's e-mail address. 409 ``ALREADY_LINKED`` (the doctor practises
+  there), ``ALREADY_MEMBER``, ``INVITATION_PENDING``, ``DOCTOR_WITHOUT_ACCOUNT`` (a
+  profile no account holds, which nobody could accept for); 503 ``EMAIL_DISABLED`` when
+  no mail server is configured. *Changed* (issue 31): this route used to add the doctor
+  at once, without their consent, and let a doctor link themselves to an organization
+  they belonged to; a doctor now joins an organization only by accepting an invitation.
 - ``DELETE /api/doctors/:id/organizations/:org_id``: the doctor leaves (or an
   ``ORG:ADMIN`` of it, or a platform administrator, removes them): the role goes, and an
   ``ORG:DOCTOR`` membership with it (``platform.organization.member_removed``).
 - ``GET /api/organizations/:org_id/doctors``: the organization's doctors, for its
   members (one search over its PractitionerRoles, including the Practitioners).
+
+Who may do each is the access policy's (``doctor.*`` and ``organization.manage`` in
+:mod:`platform_api.policy.actions.organizations`). The doctor's own records belong to no
+organization and only platform administrators write them, so what the doctor does to
+their profile is written through named elevations once the policy let them act.
 
 Events: ``platform.doctors.profile_created``, ``…profile_updated`` (``doctor_id``,
 ``user_id``), ``…verification_decided`` (``doctor_id``, ``user_id``, ``status``,
@@ -37,8 +52,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.access import SYSTEM
-from fhir_server.caller import FhirUnit
+from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.store import StoreError
 from platform_api.auth.users import COLLECTION as USERS
 from platform_api.doctors.records import (
@@ -48,7 +62,6 @@ from platform_api.doctors.records import (
     DoctorView,
     decided,
     license_of,
-    platform_fhir,
     practitioner_of_user,
     practitioner_role,
     practitioner_to_fhir,
@@ -68,7 +81,6 @@ from platform_api.envelope import (
     Pagination,
     conflict,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
@@ -80,20 +92,19 @@ from platform_api.facade import (
     api_context,
     create_unique,
     is_duplicate,
-    require_member,
+    require_organization,
     search_page,
     until_stable,
 )
 from platform_api.fhir_values import local_id
+from platform_api.organizations.invitations import InvitationView, send_invitation
 from platform_api.organizations.members import (
     MEMBERS,
     change_members,
     find_member,
-    member_document,
-    stage_addition,
     stage_removal,
 )
-from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR
+from platform_api.policy.roles import ORG_DOCTOR
 from platform_api.policy.subject import USER_SYSTEM
 from platform_api.services import Services
 
@@ -130,13 +141,14 @@ async def stage_org_role(unit: FhirUnit, practitioner_id: str, org_id: str,
         ("organization", f"Organization/{org_id}")])
 
 
-async def create_profile(services: Services, user_id: str, payload: JSON, *,
-                         also: Any = None) -> JSON | None:
-    """Create the user's doctor profile: the Practitioner, its own role, a pending
+async def create_profile(services: Services, fhir: CallerFhir, user_id: str, payload: JSON,
+                         *, also: Any = None) -> JSON | None:
+    """Create the user's doctor profile with ``fhir`` (an elevation: a doctor's records
+    belong to no organization): the Practitioner, its own role, a pending
     VerificationResult and a role at each organization the user is a member of, in one
     unit of work; ``None`` when the user has a profile already. ``also(unit)`` stages more
     (an event receipt)."""
-    unit = platform_fhir(services).unit()
+    unit = fhir.unit()
     practitioner = practitioner_to_fhir(payload, None, user_id)
     specialties = specialties_concepts(payload.get("specialties") or [])
     memberships = await services.store.find_documents(MEMBERS, {"user_id": user_id},
@@ -161,41 +173,45 @@ async def create_profile(services: Services, user_id: str, payload: JSON, *,
         if is_duplicate(exc):
             return None
         raise
-    return await platform_fhir(services).read_json("Practitioner", staged.id)
+    return await fhir.read_json("Practitioner", staged.id)
 
 
 async def load_doctor(ctx: ApiContext, doctor_id: str) -> JSON:
-    found = await platform_fhir(ctx.services).find_json("Practitioner", doctor_id)
+    # Practitioners are directory entries every signed-in user reads.
+    found = await ctx.fhir.find_json("Practitioner", doctor_id)
     if found is None:
         raise not_found("Doctor")
     return found
 
 
-def require_self_or_admin(ctx: ApiContext, practitioner: JSON) -> None:
-    if user_of(practitioner) != ctx.principal.user_id and not ctx.access.subject.unrestricted:
-        raise forbidden("Only the doctor and platform administrators change this profile")
-
-
 async def view_of(ctx: ApiContext, practitioner: JSON) -> JSON:
-    return (await render(platform_fhir(ctx.services), [practitioner], public=False))[0]
+    """The whole profile (its caller was let see it by the policy)."""
+    return (await render(_profile_reader(ctx), [practitioner], public=False))[0]
+
+
+def _profile_reader(ctx: ApiContext) -> CallerFhir:
+    """What renders whole profiles: their VerificationResults (the decision and its
+    reason) are platform administrators' records, shown to the doctor and colleagues."""
+    return ctx.elevate("doctor.view-profile: read the doctors' VerificationResults for "
+                       "their whole profiles")
 
 
 def _version(resource: JSON) -> int:
     return int((resource.get("meta") or {}).get("versionId", "0"))
 
 
-async def _verification_of(services: Services, practitioner_id: str) -> JSON | None:
-    found = await platform_fhir(services).search("VerificationResult", [
+async def _verification_of(fhir: CallerFhir, practitioner_id: str) -> JSON | None:
+    found = await fhir.search("VerificationResult", [
         ("target", f"Practitioner/{practitioner_id}")])
     return found[0] if found else None
 
 
-async def _save(ctx: ApiContext, practitioner: JSON, changed: JSON, *,
+async def _save(fhir: CallerFhir, practitioner: JSON, changed: JSON, *,
                 verification: JSON | None = None, roles: list[JSON] | None = None,
                 event: tuple[str, JSON]) -> JSON:
     """Write the Practitioner (against the version read), and with it the
-    VerificationResult and roles given, as the platform, with ``event``."""
-    unit = platform_fhir(ctx.services).unit()
+    VerificationResult and roles given, with ``fhir``, with ``event``."""
+    unit = fhir.unit()
     async with unit:
         staged = await unit.update(changed, if_match=_version(practitioner))
         if verification is not None:
@@ -209,7 +225,7 @@ async def _save(ctx: ApiContext, practitioner: JSON, changed: JSON, *,
         unit.emit(event[0], event[1], source_service=SOURCE)
         await unit.commit()
     assert staged.result is not None
-    return await platform_fhir(ctx.services).read_json("Practitioner", staged.id)
+    return await fhir.read_json("Practitioner", staged.id)
 
 
 # -- routes ---------------------------------------------------------------------------------------
@@ -220,7 +236,10 @@ router = APIRouter(tags=["doctors"])
              summary="Create the caller's doctor profile (pending verification)")
 async def create_doctor(body: DoctorCreate, ctx: ApiContext = Depends(api_context)) -> Any:
     payload = body.model_dump(exclude_unset=True, mode="json")
-    stored = await create_profile(ctx.services, ctx.principal.user_id, payload)
+    ctx.authorize("doctor.create-profile", user_id=ctx.principal.user_id)
+    stored = await create_profile(ctx.services, ctx.elevate(
+        "doctor.create-profile: the caller's Practitioner, its PractitionerRoles and a "
+        "pending VerificationResult"), ctx.principal.user_id, payload)
     if stored is None:
         raise conflict("PROFILE_EXISTS", "You already have a doctor profile: change it with "
                        "PUT /api/doctors/:id")
@@ -233,9 +252,10 @@ async def create_doctor(body: DoctorCreate, ctx: ApiContext = Depends(api_contex
             responses={404: {"model": ErrorEnvelope,
                              "description": "The caller has no doctor profile (yet)"}})
 async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
-    found = await practitioner_of_user(ctx.services, ctx.principal.user_id)
+    found = await practitioner_of_user(ctx.fhir, ctx.principal.user_id)
     if found is None:
         raise not_found("Doctor profile")
+    ctx.authorize("doctor.view-profile", practitioner_id=found["id"])
     return ok(await view_of(ctx, found))
 
 
@@ -243,10 +263,10 @@ async def my_profile(ctx: ApiContext = Depends(api_context)) -> Any:
             summary="Doctor profiles waiting for verification, oldest first")
 async def pending_doctors(page: Pagination = Depends(pagination),
                           ctx: ApiContext = Depends(api_context)) -> Any:
-    fhir = platform_fhir(ctx.services)
-    found = await search_page(fhir, "Practitioner", [
+    ctx.authorize("doctor.verify")
+    found = await search_page(ctx.fhir, "Practitioner", [
         ("_tag", f"{VERIFICATION_TAG}|pending"), ("_sort", "_lastUpdated")], page)
-    return page.respond(await render(fhir, found.resources, public=False), found.total)
+    return page.respond(await render(ctx.fhir, found.resources, public=False), found.total)
 
 
 def _resubmitted(practitioner: JSON, payload: JSON) -> bool:
@@ -265,22 +285,25 @@ def _resubmitted(practitioner: JSON, payload: JSON) -> bool:
 async def update_doctor(doctor_id: str, body: DoctorUpdate,
                         ctx: ApiContext = Depends(api_context)) -> Any:
     payload = body.model_dump(exclude_unset=True, mode="json")
+    await load_doctor(ctx, doctor_id)
+    ctx.authorize("doctor.edit-profile", practitioner_id=doctor_id)
+    fhir = ctx.elevate("doctor.edit-profile: the doctor's Practitioner, its roles' "
+                       "specialties and the VerificationResult a resubmission reopens")
 
     async def once() -> JSON:
         practitioner = await load_doctor(ctx, doctor_id)
-        require_self_or_admin(ctx, practitioner)
         changed = practitioner_to_fhir(payload, practitioner, None)
         verification = None
         if _resubmitted(practitioner, payload):
             changed = with_tags(changed, VERIFICATION_TAG, ["pending"])
             verification = verification_result(doctor_id, await _verification_of(
-                ctx.services, doctor_id))
+                fhir, doctor_id))
         roles = []
         if payload.get("specialties") is not None:
             specialties = specialties_concepts(payload["specialties"])
-            roles = [{**r, "specialty": specialties} for r in await roles_of(ctx.services,
+            roles = [{**r, "specialty": specialties} for r in await roles_of(fhir,
                                                                               doctor_id)]
-        return await _save(ctx, practitioner, changed, verification=verification,
+        return await _save(fhir, practitioner, changed, verification=verification,
                            roles=roles, event=(PROFILE_UPDATED, {
                                "doctor_id": doctor_id, "user_id": user_of(practitioner)}))
     return ok(await view_of(ctx, await until_stable(once)))
@@ -290,6 +313,7 @@ async def update_doctor(doctor_id: str, body: DoctorUpdate,
               summary="Approve or reject a doctor's credentials (platform administrators)")
 async def verify_doctor(doctor_id: str, body: VerifyRequest,
                         ctx: ApiContext = Depends(api_context)) -> Any:
+    ctx.authorize("doctor.verify")
     if body.decision == "reject" and not body.reason:
         raise ApiError(422, "VALIDATION_ERROR", "reason: a rejection says why",
                        field="reason")
@@ -301,74 +325,47 @@ async def verify_doctor(doctor_id: str, body: VerifyRequest,
         if target == "verified" and license_of(practitioner)[0] is None:
             raise conflict("INCOMPLETE_PROFILE", "The profile has no licence number to "
                            "verify")
-        current = await _verification_of(ctx.services, doctor_id) or verification_result(
+        current = await _verification_of(ctx.fhir, doctor_id) or verification_result(
             doctor_id)
         result = decided(current, target, body.reason, ctx.principal.user_id,
                          ctx.principal.email or ctx.principal.user_id,
                          ctx.services.settings.service_name)
-        return await _save(ctx, practitioner, with_tags(practitioner, VERIFICATION_TAG,
-                                                        [target]),
+        return await _save(ctx.fhir, practitioner, with_tags(practitioner, VERIFICATION_TAG,
+                                                             [target]),
                            verification=result, event=(VERIFICATION_DECIDED, {
                                "doctor_id": doctor_id, "user_id": user_of(practitioner),
                                "status": target, "reason": body.reason,
                                "decided_by": ctx.principal.user_id}))
-    return ok(await view_of(ctx, await until_stable(once)))
+    saved = await until_stable(once)
+    return ok((await render(ctx.fhir, [saved], public=False))[0])
 
 
 # -- organizations ------------------------------------------------------------------------------
-async def role_at(services: Services, doctor_id: str, org_id: str) -> JSON | None:
-    found = await platform_fhir(services).search("PractitionerRole", [
+async def role_at(fhir: CallerFhir, doctor_id: str, org_id: str) -> JSON | None:
+    found = await fhir.search("PractitionerRole", [
         ("practitioner", f"Practitioner/{doctor_id}"), ("organization", f"Organization/{org_id}")])
     return found[0] if found else None
 
 
-@router.post("/api/doctors/{doctor_id}/organizations", status_code=201,
-             response_model=Envelope[DoctorView],
-             summary="Add a doctor to an organization (its ORG:ADMIN), or join one you "
-                     "are a member of (the doctor)")
-async def link_organization(doctor_id: str, body: LinkRequest,
-                            ctx: ApiContext = Depends(api_context)) -> Any:
+@router.post("/api/doctors/{doctor_id}/organizations", status_code=202,
+             response_model=Envelope[InvitationView],
+             summary="Invite a doctor to an organization (its ORG:ADMIN); the doctor joins "
+                     "by accepting the invitation")
+async def invite_doctor(doctor_id: str, body: LinkRequest,
+                        ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = body.organization_id
     practitioner = await load_doctor(ctx, doctor_id)
-    user_id = user_of(practitioner)
-    role = await require_member(ctx, org_id) if not ctx.access.subject.unrestricted else None
-    is_doctor = user_id is not None and user_id == ctx.principal.user_id
-    if not (ctx.access.subject.unrestricted or role == ORG_ADMIN or (is_doctor and role)):
-        raise forbidden("An organization's ORG:ADMIN adds doctors to it; a doctor joins an "
-                        "organization they are a member of (ask for an invitation)")
-    if await role_at(ctx.services, doctor_id, org_id) is not None:
+    await require_organization(ctx, org_id, "organization.manage")
+    if await role_at(ctx.fhir, doctor_id, org_id) is not None:
         raise conflict("ALREADY_LINKED", "This doctor already practises at this organization")
-    specialties = [s for r in await roles_of(ctx.services, doctor_id)
-                   for s in r.get("specialty", [])][:20]
-    member = await find_member(ctx, org_id, user_id) if user_id else None
-
-    async def stage(unit: FhirUnit) -> JSON:
-        await stage_org_role(unit.acting_as(SYSTEM), doctor_id, org_id, _unique(specialties))
-        if user_id is not None and member is None:
-            account = await ctx.services.store.get_document(USERS, user_id)
-            stage_addition(unit, member_document(org_id, user_id, ORG_DOCTOR, account))
-        unit.emit(LINKED, {"doctor_id": doctor_id, "organization_id": org_id},
-                  source_service=SOURCE)
-        return {"action": "doctor_linked", "user_id": user_id, "doctor_id": doctor_id}
-
-    await _change_practice(ctx, org_id, user_id, stage)
-    return created(await view_of(ctx, practitioner))
-
-
-async def _change_practice(ctx: ApiContext, org_id: str, user_id: str | None,
-                           stage: Any) -> None:
-    """Commit a change of where the doctor practises as the organization's next
-    membership change (it may add or remove the doctor's membership)."""
-    await change_members(ctx, org_id, stage)
-    if user_id is not None:
-        ctx.services.policy.membership_changed(user_id)
-
-
-def _unique(concepts: list[JSON]) -> list[JSON]:
-    seen: dict[str, JSON] = {}
-    for item in concepts:
-        seen.setdefault(repr(sorted(item.items())), item)
-    return list(seen.values())
+    user_id = user_of(practitioner)
+    account = await ctx.services.store.get_document(USERS, user_id) if user_id else None
+    if account is None:
+        raise conflict("DOCTOR_WITHOUT_ACCOUNT", "No account holds this doctor profile, so "
+                       "nobody could accept an invitation for it")
+    invitation = await send_invitation(ctx, org_id, account["email"], ORG_DOCTOR,
+                                       doctor_id=doctor_id, user_id=account["id"])
+    return ok(invitation, 202)
 
 
 @router.delete("/api/doctors/{doctor_id}/organizations/{org_id}",
@@ -378,24 +375,28 @@ async def unlink_organization(doctor_id: str, org_id: str,
                               ctx: ApiContext = Depends(api_context)) -> Any:
     practitioner = await load_doctor(ctx, doctor_id)
     user_id = user_of(practitioner)
-    if not ctx.access.subject.unrestricted and user_id != ctx.principal.user_id:
-        if await require_member(ctx, org_id) != ORG_ADMIN:
-            raise forbidden("Only the doctor, the organization's ORG:ADMIN or a platform "
-                            "administrator removes a doctor from it")
-    role = await role_at(ctx.services, doctor_id, org_id)
+    # Organizations are directory entries any signed-in user may read.
+    if await ctx.fhir.find_json("Organization", org_id) is None:
+        raise not_found("Organization")
+    ctx.authorize("doctor.leave-organization", org_id, practitioner_id=doctor_id)
+    role = await role_at(ctx.fhir, doctor_id, org_id)
     if role is None:
         raise not_found("Doctor's role at this organization")
     member = await find_member(ctx, org_id, user_id) if user_id else None
 
     async def stage(unit: FhirUnit) -> JSON:
-        await unit.acting_as(SYSTEM).delete("PractitionerRole", role["id"])
+        await ctx.elevate_unit(unit, "doctor.leave-organization: delete the doctor's "
+                               "PractitionerRole at the organization").delete(
+            "PractitionerRole", role["id"])
         if member is not None and member["role"] == ORG_DOCTOR:
             stage_removal(unit, member, ctx.principal.user_id)
         unit.emit(UNLINKED, {"doctor_id": doctor_id, "organization_id": org_id},
                   source_service=SOURCE)
         return {"action": "doctor_unlinked", "user_id": user_id, "doctor_id": doctor_id}
 
-    await _change_practice(ctx, org_id, user_id, stage)
+    await change_members(ctx, org_id, stage)
+    if user_id is not None:
+        ctx.services.policy.membership_changed(user_id)
     return ok(await view_of(ctx, practitioner))
 
 
@@ -403,12 +404,12 @@ async def unlink_organization(doctor_id: str, org_id: str,
             summary="The doctors practising at an organization (for its members)")
 async def organization_doctors(org_id: str, page: Pagination = Depends(pagination),
                                ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_member(ctx, org_id)
-    fhir = platform_fhir(ctx.services)
-    found = await search_page(fhir, "PractitionerRole", [
+    await require_organization(ctx, org_id, "doctor.view-profile")
+    found = await search_page(ctx.fhir, "PractitionerRole", [
         ("organization", f"Organization/{org_id}"), ("active", "true"),
         ("_include", "PractitionerRole:practitioner"), ("_sort", "_lastUpdated")], page)
     by_id = {p["id"]: p for p in found.included if p["resourceType"] == "Practitioner"}
     doctors = [by_id[d] for r in found.resources
                if (d := local_id(r.get("practitioner"), "Practitioner")) in by_id]
-    return page.respond(await render(fhir, doctors, public=False), found.total)
+    return page.respond(await render(_profile_reader(ctx), doctors, public=False),
+                        found.total)

@@ -30,9 +30,11 @@ Mapping (/api → FHIR):
         organization (``organization``, code ``doctor``, owned by the organization)
 
 A doctor's Practitioner, profile role and VerificationResult belong to no organization:
-the platform writes them on the doctor's (or an administrator's) behalf after the
-area's checks, and the directory (every signed-in user, the public views here) reads
-them.
+the platform writes them on the doctor's behalf once the access policy let the doctor act
+(a named elevation, recorded in the audit trail), platform administrators with their own
+rights. Practitioners and PractitionerRoles are the directory every signed-in user reads
+(the public views here too); a VerificationResult only platform administrators read, so
+the private views (the doctor's, their colleagues') read it through an elevation.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, EmailStr, Field, HttpUrl
 
-from fhir_server.access import READ, SEARCH, SYSTEM, Access, Grant
+from fhir_server.access import READ, SEARCH, Access, Grant
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.fhir_values import coding, concept, local_id, reference, user_identifier
@@ -98,12 +100,6 @@ PUBLIC: Access = PublicDirectory()
 
 def public_fhir(services: Services) -> CallerFhir:
     return CallerFhir(services.fhir, PUBLIC)
-
-
-def platform_fhir(services: Services) -> CallerFhir:
-    """The platform itself, for what the area writes on a caller's behalf once its own
-    checks passed (the doctor's records) and the views it renders from them."""
-    return CallerFhir(services.fhir, SYSTEM)
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -528,14 +524,13 @@ def assemble(practitioners: Sequence[JSON], found: Sequence[JSON], *, public: bo
             for p in practitioners]
 
 
-async def practitioner_of_user(services: Services, user_id: str) -> JSON | None:
-    found = await platform_fhir(services).search("Practitioner", [
-        ("identifier", f"{USER_SYSTEM}|{user_id}")])
+async def practitioner_of_user(fhir: CallerFhir, user_id: str) -> JSON | None:
+    found = await fhir.search("Practitioner", [("identifier", f"{USER_SYSTEM}|{user_id}")])
     return found[0] if found else None
 
 
-async def roles_of(services: Services, practitioner_id: str) -> list[JSON]:
-    return await platform_fhir(services).search("PractitionerRole", [
+async def roles_of(fhir: CallerFhir, practitioner_id: str) -> list[JSON]:
+    return await fhir.search("PractitionerRole", [
         ("practitioner", f"Practitioner/{practitioner_id}")])
 
 

@@ -30,7 +30,9 @@ Who may admit, transfer and discharge: whoever the policy lets create and update
 organization's Encounters (``ORG:ADMIN``, ``ORG:DOCTOR``, ``ORG:NURSE``,
 ``ORG:RECEPTIONIST``) and see the patient. The bed is written by the platform on their
 behalf (Location is directory data, which only ``ORG:ADMIN`` writes), in their unit of
-work. Events: ``platform.organization.patient_admitted``, ``…patient_transferred``,
+work, through the policy's named elevation (recorded in the audit trail).
+
+Events: ``platform.organization.patient_admitted``, ``…patient_transferred``,
 ``…patient_discharged`` (``admission_id``, ``organization_id``, ``patient_id``,
 ``bed_id``, and ``from_bed_id`` / ``disposition``).
 """
@@ -44,7 +46,6 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import AwareDatetime, BaseModel, Field
 
-from fhir_server.access import SYSTEM
 from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM
 from fhir_server.store import ResourceGone, ResourceNotFound, StoreError
@@ -203,8 +204,9 @@ async def _free_bed(ctx: ApiContext, org_id: str, bed_id: str) -> tuple[JSON, in
 async def _bed(ctx: ApiContext, bed_id: str | None) -> tuple[JSON, int] | None:
     if bed_id is None:
         return None
-    stored = await ctx.services.store.read_current("Location", bed_id)
-    if stored is None or stored.deleted:
+    try:  # beds are directory entries every signed-in user reads
+        stored = await ctx.fhir.read("Location", bed_id)
+    except (ResourceNotFound, ResourceGone):
         return None
     return orjson.loads(stored.body), stored.version
 
@@ -225,7 +227,10 @@ async def _commit(ctx: ApiContext, encounter: JSON, version: int | None,
                 expected_type="Encounter")
         else:
             staged = await unit.update(encounter, if_match=version)
-        platform = unit.acting_as(SYSTEM)
+        # Admitting is the Encounter's write, checked above as the caller's; the beds it
+        # occupies and frees are the platform's bookkeeping, which a nurse may not write.
+        platform = ctx.elevate_unit(unit, "admission: the occupancy status of the beds "
+                                    "(Location) the stay takes and leaves")
         for bed, bed_version, status in beds:
             await platform.update(with_bed_status(bed, status), if_match=bed_version)
         unit.emit(event, {**payload, "admission_id": staged.id,

@@ -42,8 +42,8 @@ from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.store import DuplicateDocument
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found, ok
-from platform_api.facade import ApiContext, api_context, require_member
-from platform_api.organizations.members import MEMBERS, require_org_admin
+from platform_api.facade import ApiContext, api_context, require_organization
+from platform_api.organizations.members import MEMBERS
 
 JSON = dict[str, Any]
 SHIFTS, OPEN_SHIFTS, CLOSED_SHIFTS = "attendance", "attendance_open", "attendance_closed"
@@ -121,16 +121,15 @@ class LeaveView(BaseModel):
 
 
 async def _organization(ctx: ApiContext, wanted: str | None) -> str:
-    """The organization named, else the caller's only one; the caller must be a member."""
+    """The organization named, else the caller's only one; the caller must be a member
+    (the policy's ``attendance.keep``)."""
     if wanted is None:
-        mine = sorted(ctx.access.subject.memberships)
+        mine = sorted(ctx.organizations_for("attendance.keep") or ())
         if len(mine) != 1:
             raise ApiError(422, "VALIDATION_ERROR", "organization_id: name the organization "
                            f"(you are a member of {len(mine)})", field="organization_id")
         wanted = mine[0]
-    if await require_member(ctx, wanted) is None:
-        raise ApiError(403, "FORBIDDEN", "Only the organization's members keep attendance "
-                       "and ask for leave")
+    await require_organization(ctx, wanted, "attendance.keep")
     return wanted
 
 
@@ -210,12 +209,12 @@ async def today(organization_id: str | None = Query(None, max_length=64),
                                        description="Every member (ORG:ADMIN only)"),
                 ctx: ApiContext = Depends(api_context)) -> Any:
     if everyone and organization_id is not None:
-        await require_org_admin(ctx, organization_id)
+        await require_organization(ctx, organization_id, "organization.manage")
         org_id = organization_id
     else:
         org_id = await _organization(ctx, organization_id)
         if everyone:
-            await require_org_admin(ctx, org_id)
+            ctx.authorize("organization.manage", org_id)
     now = now_instant()
     where = {"organization_id": org_id, "date": now[:10]}
     if not everyone:
@@ -271,7 +270,7 @@ async def request_leave(body: LeaveCreate, ctx: ApiContext = Depends(api_context
              summary="Approve a pending leave request (ORG:ADMIN)")
 async def approve_leave(org_id: str, leave_id: str,
                         ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_org_admin(ctx, org_id)
+    await require_organization(ctx, org_id, "organization.manage")
     leave = await ctx.services.store.get_document(LEAVE_REQUESTS, leave_id)
     if leave is None or leave["organization_id"] != org_id:
         raise not_found("Leave request")

@@ -44,7 +44,6 @@ from platform_api.envelope import (
     PageEnvelope,
     Pagination,
     created,
-    forbidden,
     pagination,
 )
 from platform_api.facade import (
@@ -55,7 +54,6 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
     api_context,
-    require_member,
     staged_body,
 )
 from platform_api.organizations.members import (
@@ -77,9 +75,11 @@ ORGANIZATION_STATUS = StatusTable.of(
     suspended=("active", "closed"),
     closed=(),
 )
-# Who may make a move: platform administrators make every allowed move; an
-# organization's ORG:ADMIN only closes it.
-MOVES_FOR_ORG_ADMINS = frozenset({"closed"})
+# The workflow action each move is (who may: platform_api.policy.actions.organizations):
+# platform administrators make every allowed move; an organization's ORG:ADMIN only
+# closes it.
+MOVE_ACTIONS = {"active": "organization.suspend", "suspended": "organization.suspend",
+                "closed": "organization.close"}
 
 
 class OrganizationCreate(BaseModel):
@@ -200,10 +200,9 @@ def _directory_criteria(ctx: ApiContext, query: OrganizationQuery | None
     """Active organizations for everyone; any status, or the one asked, for platform
     administrators."""
     wanted = query.status if query is not None else None
-    if not ctx.access.subject.unrestricted:
-        if wanted not in (None, "active"):
-            raise forbidden("Only platform administrators list suspended or closed "
-                            "organizations")
+    if wanted not in (None, "active"):
+        ctx.authorize("organization.list-inactive")
+    elif not ctx.may("organization.list-inactive"):
         wanted = "active"
     if wanted == "active":
         return [("active", "true")]
@@ -267,11 +266,7 @@ async def change_status(ctx: ItemContext[StatusChange]) -> JSON:
     close it. Members of a suspended or closed organization lose access to its data."""
     assert ctx.body is not None
     target, current = ctx.body.status, organization_status(ctx.resource)
-    if not ctx.access.subject.unrestricted:
-        role = await require_member(ctx, ctx.id)
-        if role != ORG_ADMIN or target not in MOVES_FOR_ORG_ADMINS:
-            raise forbidden("Only platform administrators suspend or reactivate an "
-                            "organization; its ORG:ADMIN may close it")
+    ctx.authorize(MOVE_ACTIONS[target], ctx.id)
     ORGANIZATION_STATUS.check(current, target)
     return await ctx.save(with_status(ctx.resource, target), event=STATUS_CHANGED, payload={
         "organization_id": ctx.id, "status": target, "previous_status": current,

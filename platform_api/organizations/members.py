@@ -13,7 +13,8 @@ Rules (data, next to the routes):
 - an organization keeps at least one ``ORG:ADMIN``: demoting or removing the last one is
   409 ``LAST_ADMIN``;
 - the organization's ``ORG:ADMIN``\\ s (and platform administrators) change roles and
-  remove members; a member may remove themselves (leave).
+  remove members; a member may remove themselves (leave). The access policy decides
+  (``organization.manage``, ``member.remove``: :mod:`platform_api.policy.actions`).
 
 Concurrent changes of one organization's members take turns: each change inserts the
 next entry of the organization's membership log (``org_membership_log``, id
@@ -45,12 +46,11 @@ from platform_api.envelope import (
     PageEnvelope,
     Pagination,
     conflict,
-    forbidden,
     not_found,
     ok,
     pagination,
 )
-from platform_api.facade import ApiContext, api_context, require_member
+from platform_api.facade import ApiContext, api_context, require_organization
 from platform_api.policy.roles import ORG_ADMIN, ORG_ROLES
 
 JSON = dict[str, Any]
@@ -106,14 +106,6 @@ async def find_member(ctx: ApiContext, org_id: str, user_id: str) -> JSON | None
     return await ctx.services.store.get_document(MEMBERS, f"{org_id}:{user_id}")
 
 
-async def require_org_admin(ctx: ApiContext, org_id: str) -> None:
-    """403 unless the caller is an ``ORG:ADMIN`` of ``org_id`` or a platform
-    administrator (404 for an unknown organization)."""
-    role = await require_member(ctx, org_id)
-    if role != ORG_ADMIN and not ctx.access.subject.unrestricted:
-        raise forbidden("Only the organization's administrators (ORG:ADMIN) may do this")
-
-
 # -- changes, one at a time per organization ------------------------------------------------
 async def change_members(ctx: ApiContext, org_id: str,
                          stage: Callable[[FhirUnit], Awaitable[JSON]]) -> JSON:
@@ -162,7 +154,7 @@ router = APIRouter(prefix="/api/organizations", tags=["organizations"])
             summary="List the members of an organization")
 async def list_members(org_id: str, page: Pagination = Depends(pagination),
                        ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_member(ctx, org_id)
+    await require_organization(ctx, org_id)
     members, total = await documents_page(ctx, MEMBERS, {"organization_id": org_id}, page,
                                           "joined_at")
     return page.respond([member_view(m) for m in members], total)
@@ -172,7 +164,7 @@ async def list_members(org_id: str, page: Pagination = Depends(pagination),
               summary="Change a member's role (an organization keeps one ORG:ADMIN)")
 async def change_role(org_id: str, user_id: str, body: RoleChange,
                       ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_org_admin(ctx, org_id)
+    await require_organization(ctx, org_id, "organization.manage")
 
     async def stage(unit: FhirUnit) -> JSON:
         member = await find_member(ctx, org_id, user_id)
@@ -198,10 +190,10 @@ async def change_role(org_id: str, user_id: str, body: RoleChange,
                summary="Remove a member (administrators), or leave (the member)")
 async def remove_member(org_id: str, user_id: str,
                         ctx: ApiContext = Depends(api_context)) -> Any:
-    if user_id == ctx.principal.user_id:
-        await require_member(ctx, org_id)
-    else:
-        await require_org_admin(ctx, org_id)
+    # Organizations are directory entries any signed-in user may read.
+    if await ctx.fhir.find_json("Organization", org_id) is None:
+        raise not_found("Organization")
+    ctx.authorize("member.remove", org_id, user_id=user_id)
 
     async def stage(unit: FhirUnit) -> JSON:
         member = await find_member(ctx, org_id, user_id)

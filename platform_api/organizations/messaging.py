@@ -46,7 +46,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field, model_validator
 
-from fhir_server.access import SYSTEM, AccessDenied
+from fhir_server.access import AccessDenied
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.envelope import (
@@ -64,7 +64,7 @@ from platform_api.facade import (
     Facade,
     OrganizationScope,
     api_context,
-    require_member,
+    require_organization,
     require_patient,
     staged_body,
 )
@@ -166,8 +166,7 @@ def _me(ctx: ApiContext, org_id: str) -> JSON:
     """The caller as a participant: a member by their user identifier, else their own
     Patient record."""
     subject = ctx.access.subject
-    if subject.role_in(org_id) is None and subject.patient_id is not None \
-            and not subject.unrestricted:
+    if subject.patient_id is not None and not ctx.may("organization.work-in", org_id):
         return reference("Patient", subject.patient_id, ctx.principal.email)
     practitioner = min(subject.practitioner_ids) if subject.practitioner_ids else None
     return user_reference(ctx.principal, practitioner)
@@ -189,7 +188,7 @@ def takes_part(ctx: ApiContext, conversation: JSON) -> bool:
 def _participation(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
     """The conversations the caller takes part in (all of them for platform
     administrators)."""
-    if ctx.access.subject.unrestricted:
+    if ctx.may("conversation.read-any", ctx.path["org_id"]):
         return []
     me = _me(ctx, ctx.path["org_id"])
     if (user := referenced_user(me)) is not None:
@@ -203,13 +202,13 @@ class ConversationScope(OrganizationScope):
     in them (their own record is a participant; checked per conversation)."""
 
     async def enter(self, ctx: ApiContext, value: str) -> None:
-        subject = ctx.access.subject
-        if subject.role_in(value) is None and subject.patient_id is not None \
-                and not subject.unrestricted:
-            if await ctx.services.fhir.find_json("Organization", value) is None:
+        if ctx.access.subject.patient_id is not None and \
+                not ctx.may("organization.work-in", value):
+            # A patient: which conversations they take part in is checked per conversation.
+            if await ctx.fhir.find_json("Organization", value) is None:
                 raise not_found("Organization")
             return
-        await require_member(ctx, value)
+        await require_organization(ctx, value)
 
 
 
@@ -239,7 +238,7 @@ async def _participant_refs(ctx: ApiContext, org_id: str, wanted: list[Participa
                 raise ApiError(422, "VALIDATION_ERROR", f"participants.{n}.user_id: not a "
                                "member of this organization", field=f"participants.{n}.user_id")
             name = " ".join(p for p in (member.get("first_name"), member.get("last_name")) if p)
-            practitioners = await ctx.services.fhir.match_ids("Practitioner", [(
+            practitioners = await ctx.fhir.match_ids("Practitioner", [(
                 "identifier", f"{USER_SYSTEM}|{person.user_id}")], limit=1)
             ref: JSON = {"type": "Practitioner", "identifier": user_identifier(person.user_id),
                          "display": name or member.get("email") or person.user_id}
@@ -283,7 +282,7 @@ CONVERSATIONS = "/api/organizations/{org_id}/conversations"
              summary="Start a conversation with members and patients (and a first message)")
 async def start_conversation(org_id: str, body: ConversationCreate,
                              ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_member(ctx, org_id)
+    await require_organization(ctx, org_id)
     me = _me(ctx, org_id)
     others = await _participant_refs(ctx, org_id, body.participants)
     participants = [me, *(r for r in others if not _same(r, me))]
@@ -313,7 +312,8 @@ async def participating(ctx: ApiContext, conversation_id: str) -> JSON:
         conversation = await conversations.load(ctx, conversation_id)
     except AccessDenied:  # a patient asking about another patient's conversation
         raise not_found("Conversation") from None
-    if not ctx.access.subject.unrestricted and not takes_part(ctx, conversation):
+    if not takes_part(ctx, conversation) and \
+            not ctx.may("conversation.read-any", ctx.path["org_id"]):
         raise not_found("Conversation")
     return conversation
 
@@ -358,6 +358,17 @@ class MessageHub:
     services: Services
     _listeners: dict[str, set[asyncio.Queue[JSON]]] = field(default_factory=dict)
     _seen: dict[str, None] = field(default_factory=dict)  # event ids, oldest first
+    _fhir: CallerFhir | None = None
+
+    @property
+    def fhir(self) -> CallerFhir:
+        """The platform's rights, once per hub: the streams' listeners were checked to
+        take part in their conversation before they listen (``participating``)."""
+        if self._fhir is None:
+            self._fhir = self.services.policy.elevate(
+                "messaging streams: read each sent message to push it to its "
+                "conversation's participants")
+        return self._fhir
 
     @contextlib.contextmanager
     def listen(self, conversation_id: str) -> Iterator[asyncio.Queue[JSON]]:
@@ -383,8 +394,7 @@ class MessageHub:
         listeners = self._listeners.get(payload.get("conversation_id", ""))
         if not listeners:
             return
-        stored = await CallerFhir(self.services.fhir, SYSTEM).find_json(
-            "Communication", payload["message_id"])
+        stored = await self.fhir.find_json("Communication", payload["message_id"])
         if stored is None:
             return
         view = message_view(stored)

@@ -32,13 +32,12 @@ from platform_api.envelope import (
     PageEnvelope,
     Pagination,
     created,
-    forbidden,
     pagination,
 )
 from platform_api.facade import ApiContext, api_context
 from platform_api.organizations.members import MEMBERS
 from platform_api.training.courses import CreditType, extension_value
-from platform_api.workforce.common import is_org_admin, organization
+from platform_api.workforce.common import organization
 
 JSON = dict[str, Any]
 CREDITS = "training_cme_credits"
@@ -120,14 +119,13 @@ def stage_course_credit(unit: FhirUnit, enrollment: JSON, course: JSON) -> None:
     unit.emit(RECORDED, credit_view(credit), source_service=SOURCE)
 
 
-async def whose(ctx: ApiContext, org_id: str, user_id: str | None) -> str | None:
+def whose(ctx: ApiContext, org_id: str, user_id: str | None) -> str | None:
     """The member a request is about: anyone for an ORG:ADMIN (None: everyone), else the
-    caller (403 for someone else)."""
-    if await is_org_admin(ctx, org_id):
+    caller (403 for someone else: the policy's ``training.credits``)."""
+    if user_id is not None:
+        ctx.authorize("training.credits", org_id, user_id=user_id)
         return user_id
-    if user_id not in (None, ctx.principal.user_id):
-        raise forbidden("You see and record your own credits only")
-    return ctx.principal.user_id
+    return None if ctx.may("training.credits", org_id) else ctx.principal.user_id
 
 
 def _period(start: date | None, end: date | None) -> tuple[date, date]:
@@ -145,7 +143,7 @@ router = APIRouter(tags=["training"])
              summary="Record credits earned elsewhere, with evidence")
 async def record_credit(body: CreditCreate, ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, body.organization_id)
-    user_id = await whose(ctx, org_id, body.user_id) or ctx.principal.user_id
+    user_id = whose(ctx, org_id, body.user_id) or ctx.principal.user_id
     if await ctx.services.store.get_document(MEMBERS, f"{org_id}:{user_id}") is None:
         raise ApiError(422, "NOT_A_MEMBER", "user_id: not a member of the organization",
                        field="user_id")
@@ -181,7 +179,7 @@ async def list_credits(organization_id: str | None = Query(None, max_length=64),
                        ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, organization_id)
     first, last = _period(start or date.min, end or date.max)
-    found = await _credits(ctx, org_id, await whose(ctx, org_id, user_id), first, last)
+    found = await _credits(ctx, org_id, whose(ctx, org_id, user_id), first, last)
     return page.respond([credit_view(c) for c in found[page.offset:page.offset + page.limit]],
                         len(found))
 
@@ -198,7 +196,7 @@ async def credit_summary(organization_id: str | None = Query(None, max_length=64
                          ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, organization_id)
     first, last = _period(start, end)
-    wanted = await whose(ctx, org_id, user_id)
+    wanted = whose(ctx, org_id, user_id)
     members = await ctx.services.store.find_documents(
         MEMBERS, {"organization_id": org_id, **({"user_id": wanted} if wanted else {})},
         limit=MAX_MEMBERS, order_by="user_id")

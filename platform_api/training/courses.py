@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, model_validator
 from fhir_server.ids import new_id
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from platform_api.facade import ApiContext, Events, Facade, Write
-from platform_api.workforce.common import organization, require_manager
+from platform_api.workforce.common import organization
 
 JSON = dict[str, Any]
 EXTENSION = "urn:healthplatform:extension:training-"
@@ -200,7 +200,7 @@ async def course_views(ctx: ApiContext, courses: list[JSON]) -> list[JSON]:
 
 async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
     org_id = await organization(ctx, payload.get("organization_id"))
-    await require_manager(ctx, org_id)
+    ctx.authorize("workforce.manage", org_id)
     return {**payload, "organization_id": org_id}
 
 

@@ -40,7 +40,6 @@ from platform_api.envelope import (
     Pagination,
     conflict,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
@@ -49,7 +48,7 @@ from platform_api.facade import ApiContext, StatusTable, api_context, conflict_r
 from platform_api.organizations.members import MEMBERS, documents_page
 from platform_api.training.cme import stage_course_credit
 from platform_api.training.courses import COURSE_TAG, assessment_id, modules_of
-from platform_api.workforce.common import change_in_turn, is_org_admin, organization
+from platform_api.workforce.common import change_in_turn, organization
 
 JSON = dict[str, Any]
 ENROLLMENTS = "training_enrollments"
@@ -136,9 +135,8 @@ async def enroll(course_id: str, body: EnrollRequest | None = None,
     course = await load_course(ctx, course_id)
     org_id = sorted(owner_labels(course))[0]
     user_id = (body.user_id if body else None) or ctx.principal.user_id
+    ctx.authorize("training.enrol", org_id, user_id=user_id)
     if user_id != ctx.principal.user_id:
-        if not await is_org_admin(ctx, org_id):
-            raise forbidden("Only the organization's administrators enrol others")
         if await ctx.services.store.get_document(MEMBERS, f"{org_id}:{user_id}") is None:
             raise ApiError(422, "NOT_A_MEMBER", "user_id: not a member of the organization",
                            field="user_id")
@@ -164,9 +162,9 @@ async def list_enrollments(organization_id: str | None = Query(None, max_length=
                            page: Pagination = Depends(pagination),
                            ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, organization_id)
-    if not await is_org_admin(ctx, org_id):
-        if user_id not in (None, ctx.principal.user_id):
-            raise forbidden("You see your own enrolments only")
+    if user_id is not None:
+        ctx.authorize("training.read-enrolments", org_id, user_id=user_id)
+    elif not ctx.may("training.read-enrolments", org_id):
         user_id = ctx.principal.user_id
     where = {"organization_id": org_id, **{k: v for k, v in (
         ("course_id", course_id), ("user_id", user_id), ("status", status)) if v}}
@@ -180,8 +178,8 @@ async def own_enrollment(ctx: ApiContext, enrollment_id: str) -> JSON:
     if enrollment is None:
         raise not_found("Enrollment")
     await organization(ctx, enrollment["organization_id"])
-    if enrollment["user_id"] != ctx.principal.user_id and \
-            not await is_org_admin(ctx, enrollment["organization_id"]):
+    if not ctx.may("training.enrol", enrollment["organization_id"],
+                   user_id=enrollment["user_id"]):
         raise not_found("Enrollment")
     return enrollment
 

@@ -1,10 +1,11 @@
-"""What the Workforce routes share: which organization a request is about, who may manage
-its rosters, and changes of one document taken in turns.
+"""What the Workforce routes share: which organization a request is about, and changes
+of one document taken in turns.
 
 Which organization: ``organization_id`` in the body or query, else the caller's only
 organization; the caller must be one of its members (platform administrators may name any
 organization). Managing the workforce (members, shift types, rosters) is for the
-organization's ``ORG:ADMIN``\\ s; every member reads it.
+organization's ``ORG:ADMIN``\\ s (the policy's ``workforce.manage``); every member reads
+it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.clock import now_instant
 from fhir_server.store import DuplicateDocument
-from platform_api.envelope import ApiError, conflict, forbidden
-from platform_api.facade import ApiContext, require_member
-from platform_api.policy.roles import ORG_ADMIN
+from platform_api.envelope import ApiError, conflict
+from platform_api.facade import ApiContext, require_organization
 from platform_api.services import Services
 
 JSON = dict[str, Any]
@@ -37,29 +36,17 @@ async def organization(ctx: ApiContext, wanted: str | None) -> str:
     """The organization named, else the caller's only one (422 when they have several or
     none); 404 unknown, 403 not a member."""
     if wanted is None:
-        mine = sorted(ctx.access.subject.memberships)
+        # None: a platform administrator, who works in every organization, names one.
+        where = ctx.organizations_for("organization.work-in")
+        mine = sorted(where or ())
         if len(mine) != 1:
             raise ApiError(422, "ORGANIZATION_REQUIRED", "organization_id: name the "
-                           f"organization (you are a member of {len(mine)})",
+                           "organization" + ("" if where is None else
+                                             f" (you are a member of {len(mine)})"),
                            field="organization_id")
         wanted = mine[0]
-    await require_member(ctx, wanted)
+    await require_organization(ctx, wanted)
     return wanted
-
-
-async def is_org_admin(ctx: ApiContext, org_id: str) -> bool:
-    return ctx.access.subject.unrestricted or ctx.access.subject.role_in(org_id) == ORG_ADMIN
-
-
-async def require_manager(ctx: ApiContext, org_id: str) -> None:
-    if not await is_org_admin(ctx, org_id):
-        raise forbidden("Only the organization's administrators (ORG:ADMIN) manage its "
-                        "workforce and rosters")
-
-
-def platform_fhir(services: Services) -> CallerFhir:
-    """The platform itself: for what an event handler changes once the event is checked."""
-    return CallerFhir(services.fhir, SYSTEM)
 
 
 async def shift_type_map(ctx: ApiContext | None, org_id: str, *,

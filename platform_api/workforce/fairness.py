@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from platform_api.envelope import ApiError, Envelope, PageEnvelope, Pagination, ok, pagination
 from platform_api.facade import ApiContext, api_context
 from platform_api.workforce import rosters as roster_area
-from platform_api.workforce.common import is_org_admin, organization, shift_type_map
+from platform_api.workforce.common import organization, shift_type_map
 from platform_api.workforce.members import workforce_members
 
 JSON = dict[str, Any]
@@ -134,7 +134,7 @@ def mount(router: Any) -> None:
     async def fairness(wanted: Period = Depends(period), page: Pagination = Depends(pagination),
                        ctx: ApiContext = Depends(api_context)) -> Any:
         org_id, rows, _first, _last = await loads(ctx, wanted)
-        if not await is_org_admin(ctx, org_id):
+        if not ctx.may("workforce.manage", org_id):
             rows = [r for r in rows if r["user_id"] == ctx.principal.user_id]
         return page.respond(rows[page.offset:page.offset + page.limit], len(rows))
 

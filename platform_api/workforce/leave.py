@@ -16,6 +16,11 @@ The bus runs the durable consumer ``workforce_rosters`` once per event id; each 
 idempotent by itself too (the leave already on the role, no shift left to remove), so the
 same leave delivered under another id (the HR webhook after an approval in the platform)
 changes nothing more. A leave of someone outside the workforce changes no roster.
+
+The consumer works for the platform, after the approval was decided (by an ``ORG:ADMIN``
+through the policy, or by the HR system's signed webhook): it writes the member's
+PractitionerRole and the rosters with the platform's rights, elevated once when it is
+built (a named elevation, recorded in the audit trail).
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from platform_api.services import Services
 from platform_api.workforce.common import (
     ROSTERS,
     change_in_turn,
-    platform_fhir,
     shift_type_map,
 )
 from platform_api.workforce.members import MEMBER_SYSTEM
@@ -64,6 +68,9 @@ def fhir_when(value: str) -> str:
 class LeaveConsumer:
     def __init__(self, services: Services):
         self.services = services
+        self.fhir = services.policy.elevate(
+            "workforce leave: mark approved leave on the member's PractitionerRole and "
+            "take their shifts off the organization's rosters")
 
     async def leave_approved(self, event: Event) -> None:
         store, payload = self.services.store, event["payload"]
@@ -79,7 +86,7 @@ class LeaveConsumer:
 
     async def _mark_unavailable(self, payload: JSON, away: tuple[datetime, datetime]) -> bool:
         """Add the leave to the member's workforce record; False when they have none."""
-        fhir = platform_fhir(self.services)
+        fhir = self.fhir
         found = await fhir.search("PractitionerRole", [
             ("identifier", f"{MEMBER_SYSTEM}|{payload['organization_id']}:{payload['user_id']}")])
         if not found:
@@ -127,8 +134,7 @@ class LeaveConsumer:
             return changed, events
 
         try:
-            await change_in_turn(self.services, platform_fhir(self.services), roster_id,
-                                 change)
+            await change_in_turn(self.services, self.fhir, roster_id, change)
         except _Unchanged:
             return
 

@@ -41,7 +41,7 @@ from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from platform_api.envelope import ApiError
 from platform_api.facade import ApiContext, Events, Facade, SearchParam, Unique
 from platform_api.organizations.members import MEMBERS
-from platform_api.workforce.common import organization, require_manager
+from platform_api.workforce.common import organization
 
 JSON = dict[str, Any]
 USER_SYSTEM = "urn:healthplatform:user"
@@ -186,7 +186,7 @@ def member_view(role: JSON) -> JSON:
 
 async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
     org_id = await organization(ctx, payload.get("organization_id"))
-    await require_manager(ctx, org_id)
+    ctx.authorize("workforce.manage", org_id)
     member = await ctx.services.store.get_document(MEMBERS, f"{org_id}:{payload['user_id']}")
     if member is None:
         raise ApiError(422, "NOT_A_MEMBER", "user_id: not a member of the organization "

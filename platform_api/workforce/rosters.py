@@ -53,7 +53,6 @@ from platform_api.envelope import (
     Pagination,
     conflict,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
@@ -67,9 +66,7 @@ from platform_api.workforce.common import (
     ROSTERS,
     SOURCE,
     change_in_turn,
-    is_org_admin,
     organization,
-    require_manager,
     shift_type_map,
 )
 from platform_api.workforce.members import window, workforce_members
@@ -250,8 +247,8 @@ async def visible_roster(ctx: ApiContext, roster_id: str, org_id: str | None = N
     if roster is None or (org_id is not None and roster["organization_id"] != org_id):
         raise not_found("Roster")
     await organization(ctx, roster["organization_id"])
-    if roster["status"] != "published" and not await is_org_admin(ctx,
-                                                                  roster["organization_id"]):
+    if roster["status"] != "published" and \
+            not ctx.may("roster.read-unpublished", roster["organization_id"]):
         raise not_found("Roster")
     return roster
 
@@ -261,7 +258,7 @@ async def managed_roster(ctx: ApiContext, roster_id: str) -> JSON:
     if roster is None:
         raise not_found("Roster")
     await organization(ctx, roster["organization_id"])
-    await require_manager(ctx, roster["organization_id"])
+    ctx.authorize("workforce.manage", roster["organization_id"])
     return roster
 
 
@@ -307,7 +304,7 @@ _TRANSITION = {"INVALID_TRANSITION": "the status table has no such move"}
              summary="Create a draft roster for a period (ORG:ADMIN)")
 async def create_roster(body: RosterCreate, ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, body.organization_id)
-    await require_manager(ctx, org_id)
+    ctx.authorize("workforce.manage", org_id)
     roster: JSON = {
         "id": new_id(), "organization_id": org_id, "name": body.name,
         "start": body.start.isoformat(), "end": body.end.isoformat(),
@@ -332,10 +329,9 @@ async def list_rosters(organization_id: str | None = Query(None, max_length=64),
                        page: Pagination = Depends(pagination),
                        ctx: ApiContext = Depends(api_context)) -> Any:
     org_id = await organization(ctx, organization_id)
-    if not await is_org_admin(ctx, org_id):
-        if status not in (None, "published"):
-            raise forbidden("Draft and approved rosters are for the organization's "
-                            "administrators")
+    if status not in (None, "published"):
+        ctx.authorize("roster.read-unpublished", org_id)
+    elif not ctx.may("roster.read-unpublished", org_id):
         status = "published"
     where = {"organization_id": org_id, **({"status": status} if status else {})}
     found, total = await documents_page(ctx, ROSTERS, where, page, "start", descending=True)

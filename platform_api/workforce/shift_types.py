@@ -37,7 +37,6 @@ from platform_api.workforce.common import (
     SHIFT_TYPES,
     SOURCE,
     organization,
-    require_manager,
     shift_type_map,
 )
 from platform_api.workforce.members import Code
@@ -129,7 +128,7 @@ router = APIRouter(tags=["workforce"])
 async def create_shift_type(body: ShiftTypeCreate, ctx: ApiContext = Depends(api_context)
                             ) -> Any:
     org_id = await organization(ctx, body.organization_id)
-    await require_manager(ctx, org_id)
+    ctx.authorize("workforce.manage", org_id)
     document: JSON = {
         "id": new_id(), "organization_id": org_id, "code": body.code, "name": body.name,
         "start": body.start.strftime("%H:%M"), "end": body.end.strftime("%H:%M"),

@@ -36,7 +36,6 @@ from platform_api.envelope import (
     Pagination,
     conflict,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
@@ -49,7 +48,6 @@ from platform_api.workforce.common import (
     SWAP_DECISIONS,
     SWAPS,
     change_in_turn,
-    is_org_admin,
     organization,
     shift_type_map,
 )
@@ -126,8 +124,7 @@ async def offer_swap(body: SwapCreate, ctx: ApiContext = Depends(api_context)) -
                   if a["id"] == body.assignment_id), None)
     if shift is None:
         raise not_found("Shift")
-    if shift["user_id"] != ctx.principal.user_id and not await is_org_admin(ctx, org_id):
-        raise forbidden("You may offer only your own shifts")
+    ctx.authorize("shift.offer", org_id, user_id=shift["user_id"])
     if body.to_user_id is not None and body.to_user_id not in {
             m["user_id"] for m in await workforce_members(ctx, org_id)}:
         raise ApiError(422, "NOT_IN_WORKFORCE", "to_user_id: not a workforce member of the "
@@ -178,8 +175,8 @@ async def accept_swap(swap_id: str, ctx: ApiContext = Depends(api_context)) -> A
         raise conflict("INVALID_TRANSITION", f"The swap is {swap['status']}")
     if swap["from_user_id"] == me:
         raise ApiError(422, "OWN_SHIFT", "You cannot accept your own offer")
-    if swap.get("to_user_id") not in (None, me):
-        raise forbidden("This shift was offered to a colleague")
+    # Offered to one colleague, or to anyone (then the caller may take it).
+    ctx.authorize("shift.take", org_id, user_id=swap.get("to_user_id") or me)
     workforce = await workforce_members(ctx, org_id)
     if me not in {m["user_id"] for m in workforce}:
         raise ApiError(422, "NOT_IN_WORKFORCE", "You are not in the organization's workforce")

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import register_and_login
+from platform_api.policy.roles import ORG_DOCTOR
+from tests.conftest import add_member, register_and_login
 from tests.platform_api.clinic import Clinic, refusal
 
 FHIR = {"Content-Type": "application/fhir+json"}
@@ -22,8 +23,12 @@ PRIVATE = ("phone", "email", "license_number", "license_authority", "user_id",
 
 
 async def doctor(clinic: Clinic, first: str, last: str, *, verified: bool = True,
-                 **profile: Any) -> str:
+                 member: bool = False, **profile: Any) -> str:
+    """A doctor's profile; ``member``: of the clinic (an invitation accepted) before the
+    profile is made, so it practises there at once."""
     user = await register_and_login(clinic.client, first_name=first, last_name=last)
+    if member:
+        await add_member(clinic.app, clinic.org_id, user, ORG_DOCTOR)
     created = await clinic.client.post("/api/doctors", headers=user["headers"], json={
         "first_name": first, "last_name": last, "title": "Dr.", "license_number": f"L-{last}",
         "license_authority": "KMPDC", "phone": "+254700111222",
@@ -40,7 +45,8 @@ async def doctor(clinic: Clinic, first: str, last: str, *, verified: bool = True
 @pytest.fixture
 async def doctors(clinic: Clinic) -> dict[str, str]:
     ids = {
-        "wanjiru": await doctor(clinic, "Wanjiru", "Kamau", specialties=[CARDIOLOGY],
+        "wanjiru": await doctor(clinic, "Wanjiru", "Kamau", member=True,
+                                specialties=[CARDIOLOGY],
                                 languages=["sw", "en"], city="Nairobi", gender="female",
                                 biography="Heart failure clinic on Tuesdays."),
         "mohamed": await doctor(clinic, "Mohamed", "Abdi", specialties=[PAEDIATRICS],
@@ -50,8 +56,6 @@ async def doctors(clinic: Clinic) -> dict[str, str]:
         "pending": await doctor(clinic, "Wangari", "Maathai", verified=False,
                                 specialties=[CARDIOLOGY], city="Nairobi"),
     }
-    await clinic.post("admin", f"/api/doctors/{ids['wanjiru']}/organizations",
-                      {"organization_id": clinic.org_id})
     return ids
 
 

@@ -1,6 +1,6 @@
 """Doctor profiles (Practitioner, PractitionerRole, VerificationResult): creation and
-changes by the doctor, verification by platform administrators, and the organizations
-a doctor practises at."""
+changes by the doctor, verification by platform administrators (the organizations a
+doctor practises at: test_joining.py)."""
 
 from __future__ import annotations
 
@@ -126,47 +126,3 @@ async def test_administrators_verify_or_reject_a_doctor(clinic: Clinic):
     assert refusal(await verify(clinic, "nobody", "approve")) == (404, "NOT_FOUND")
     await clinic.drain()
     assert [e["payload"]["status"] for e in decisions] == ["rejected", "verified"]
-
-
-async def test_an_org_admin_adds_a_doctor_who_then_leaves(clinic: Clinic):
-    added = clinic.recorded("platform.organization.member_added")
-    user, doctor = await new_doctor(clinic)
-    url = f"/api/doctors/{doctor['id']}/organizations"
-    body = {"organization_id": clinic.org_id}
-    assert refusal(await clinic.client.post(url, json=body, headers=user["headers"])) == (
-        403, "FORBIDDEN")  # not a member: they need an invitation
-    assert refusal(await clinic.post("nurse", url, body)) == (403, "FORBIDDEN")
-    linked = await clinic.post("admin", url, body)
-    assert linked.status_code == 201, linked.text
-    assert [o["id"] for o in linked.json()["data"]["organizations"]] == [clinic.org_id]
-    assert refusal(await clinic.post("admin", url, body)) == (409, "ALREADY_LINKED")
-    mine = (await clinic.client.get("/api/organizations/me", headers=user["headers"])).json()
-    assert mine["data"][0]["membership"]["role"] == "ORG:DOCTOR"
-    listed = (await clinic.get("nurse", f"/api/organizations/{clinic.org_id}/doctors")).json()
-    assert [d["id"] for d in listed["data"]] == [doctor["id"]] and listed["meta"]["total"] == 1
-    assert refusal(await clinic.get("stranger", f"/api/organizations/{clinic.org_id}/doctors")
-                   ) == (403, "FORBIDDEN")
-
-    left = await clinic.client.delete(f"{url}/{clinic.org_id}", headers=user["headers"])
-    assert left.status_code == 200 and left.json()["data"]["organizations"] == []
-    assert (await clinic.client.get("/api/organizations/me", headers=user["headers"])
-            ).json()["data"] == []
-    assert refusal(await clinic.client.delete(f"{url}/{clinic.org_id}",
-                                              headers=user["headers"])) == (404, "NOT_FOUND")
-    await clinic.drain()
-    assert [e["payload"]["user_id"] for e in added] == [user["user"]["id"]]
-
-
-async def test_a_member_doctor_joins_and_an_admin_removes_them(clinic: Clinic):
-    _user, doctor = await new_doctor(clinic)
-    await clinic.post("admin", f"/api/doctors/{doctor['id']}/organizations",
-                      {"organization_id": clinic.org_id})
-    url = f"/api/doctors/{doctor['id']}/organizations/{clinic.org_id}"
-    assert refusal(await clinic.client.delete(url, headers=clinic.h("nurse"))) == (
-        403, "FORBIDDEN")
-    assert (await clinic.client.delete(url, headers=clinic.h("admin"))).status_code == 200
-    # The clinic's own doctor (a member already) links their profile themselves.
-    mine = await clinic.client.post("/api/doctors", json={**PROFILE, "first_name": "Achieng",
-                                                          "last_name": "Otieno"},
-                                    headers=clinic.h("doctor"))
-    assert [o["id"] for o in mine.json()["data"]["organizations"]] == [clinic.org_id]
