@@ -75,3 +75,25 @@ async def test_an_attempt_answers_every_question_of_the_members_own_course(clini
     response = await clinic.post("nurse", "/api/training/assessments", {
         "enrollment_id": plain["id"], "answers": RIGHT})
     assert refusal(response) == (422, "NO_ASSESSMENT")
+
+
+async def test_only_the_enrolled_member_answers_whatever_their_role_writes(clinic):
+    # The ORG:ADMIN follows a member's training (training.enrol) but does not answer for
+    # them (training.answer); a billing clerk, whose role writes no clinical record,
+    # answers their own and reads their attempts (stored and read by the platform).
+    course = await new_course(clinic)
+    clerk = await enrolled(clinic, "billing", course)
+    response = await clinic.post("admin", "/api/training/assessments", {
+        "enrollment_id": clerk["id"], "answers": RIGHT})
+    assert refusal(response) == (403, "FORBIDDEN")
+    assert "enrolled member" in response.json()["error"]["message"]
+    passed = data(await clinic.post("billing", "/api/training/assessments", {
+        "enrollment_id": clerk["id"], "answers": RIGHT}), 201)
+    assert passed["passed"] and passed["user_id"] == clinic.user_id("billing")
+    mine = data(await clinic.get("billing", "/api/training/assessments"))
+    assert [a["id"] for a in mine] == [passed["id"]]
+    assert refusal(await clinic.get("billing", "/api/training/assessments",
+                                    user_id=clinic.user_id("nurse"))) == (403, "FORBIDDEN")
+    # What the clerk's own role reaches on /fhir stays as it was: no clinical record.
+    assert (await clinic.get("billing", f"/fhir/QuestionnaireResponse/{passed['id']}")
+            ).status_code == 403
