@@ -44,7 +44,29 @@ UNCHECKED_ALLOWED = {
 
 # Every place the platform acts with more rights than its caller: module → the reasons
 # it names (policy.elevate / ctx.elevate / ctx.elevate_unit / elevated_access).
-ELEVATIONS: dict[str, set[str]] = {}
+ELEVATIONS: dict[str, set[str]] = {
+    "platform_api/doctors/consumers.py": {
+        "doctors consumers: create a registered doctor's profile, and give or take their "
+        "PractitionerRole at an organization as their membership comes or goes"},
+    "platform_api/doctors/profiles.py": {
+        "doctor.create-profile: the caller's Practitioner, its PractitionerRoles and a "
+        "pending VerificationResult",
+        "doctor.view-profile: read the doctors' VerificationResults for their whole profiles",
+        "doctor.edit-profile: the doctor's Practitioner, its roles' specialties and the "
+        "VerificationResult a resubmission reopens",
+        "doctor.leave-organization: delete the doctor's PractitionerRole at the organization"},
+    "platform_api/organizations/admissions.py": {
+        "admission: the occupancy status of the beds (Location) the stay takes and leaves"},
+    "platform_api/organizations/messaging.py": {
+        "messaging streams: read each sent message to push it to its conversation's "
+        "participants"},
+    "platform_api/training/assessments.py": {
+        "training.answer: the member's attempt (QuestionnaireResponse)",
+        "training.credits: read the members' assessment attempts (QuestionnaireResponse)"},
+    "platform_api/workforce/leave.py": {
+        "workforce leave: mark approved leave on the member's PractitionerRole and take "
+        "their shifts off the organization's rosters"},
+}
 
 
 def sources() -> dict[str, str]:
