@@ -30,6 +30,7 @@ from hl7_gateway.parser import (
     escape,
     parse_version,
     read_msh_leniently,
+    shown,
 )
 
 __all__ = [
@@ -368,7 +369,7 @@ def _check_type(msh: Segment, policy: HeaderPolicy) -> list[ErrorDetail]:
     if policy.message_types is None:
         return []
     if kind not in policy.message_types:
-        return [ErrorDetail(200, f"message type {kind!r} is not accepted", "MSH", 1, 9, 1)]
+        return [ErrorDetail(200, f"message type {shown(kind)} is not accepted", "MSH", 1, 9, 1)]
     events = policy.message_types[kind]
     if events is not None and event not in events:
         return [ErrorDetail(201, f"event {kind}^{event} is not accepted", "MSH", 1, 9, 2)]
@@ -397,10 +398,12 @@ def check_header(
         problems = missing + _check_type(msh, policy)
     version, processing = msh.component(12, 1), msh.component(11, 1)
     if version and version not in policy.versions:
-        problems.append(ErrorDetail(203, f"version {version!r} is not supported", "MSH", 1, 12))
+        problems.append(
+            ErrorDetail(203, f"version {shown(version)} is not supported", "MSH", 1, 12)
+        )
     if processing and processing not in policy.processing_ids:
         problems.append(
-            ErrorDetail(202, f"processing id {processing!r} is not accepted", "MSH", 1, 11)
+            ErrorDetail(202, f"processing id {shown(processing)} is not accepted", "MSH", 1, 11)
         )
     return problems
 

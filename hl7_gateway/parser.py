@@ -37,9 +37,21 @@ __all__ = [
     "parse",
     "parse_version",
     "read_msh_leniently",
+    "shown",
     "split_segments",
     "unescape",
 ]
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error text that travels in an ACK (ERR-8, MSA-3).
+
+    Not ``repr()``: its backslashes would be escaped once by Python and again by HL7
+    (``\\E\\``), so the sender would read ``^~\\\\&`` for the ``^~\\&`` it sent. Only
+    characters that cannot be shown (control characters) are written as ``\\xNN``.
+    """
+    visible = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in value)
+    return f"'{visible}'"
 
 
 class HL7ParseError(ValueError):
@@ -114,7 +126,7 @@ class Delimiters:
         end = header.find(sep, 4)
         chars = header[4:] if end < 0 else header[4:end]
         if sep.isalnum() or sep.isspace():
-            raise HL7ParseError(f"invalid field separator {sep!r}", seg_id, 1, error_code=102)
+            raise HL7ParseError(f"invalid field separator {shown(sep)}", seg_id, 1, error_code=102)
         invalid = (
             not chars
             or len(chars) > 5
@@ -123,7 +135,9 @@ class Delimiters:
             or any(c.isalnum() or c.isspace() for c in chars)
         )
         if invalid:
-            raise HL7ParseError(f"invalid encoding characters {chars!r}", seg_id, 2, error_code=102)
+            raise HL7ParseError(
+                f"invalid encoding characters {shown(chars)}", seg_id, 2, error_code=102
+            )
         return cls(sep, *chars, *[""] * (5 - len(chars)))
 
     @property
@@ -482,7 +496,7 @@ def split_segments(text: str) -> tuple[list[str], Delimiters, list[str]]:
     """
     text = text.lstrip(_LEADING_JUNK)
     if text[:3] not in HEADER_SEGMENTS:
-        found = repr(text[:20]) if text else "empty input"
+        found = shown(text[:20]) if text else "empty input"
         raise HL7ParseError(f"expected an MSH segment first, found {found}", "MSH", error_code=100)
     delimiters = Delimiters.from_header(text.split("\r", 1)[0].split("\n", 1)[0])
     sep = delimiters.field

@@ -65,8 +65,11 @@ TEXT_TYPES = frozenset({"ST", "FT", "TX", "FN", "XPN", "XAD", "AD", "PN", "HD", 
 CODED_TYPES = frozenset({"CE", "CWE", "CNE", "CF", "IS", "ID", "CV"})
 
 _RANGE = re.compile(r"^\s*([+-]?\d*\.?\d+)\s*(?:-|to|\u2013)\s*([+-]?\d*\.?\d+)\s*$", re.I)
-_BOUND = re.compile(r"^\s*(<=?|>=?)\s*([+-]?\d*\.?\d+)\s*$")
+_BOUND = re.compile(r"^\s*(<=?|>=?)\s*([+-]?\d*[.,]?\d+)\s*$")
 _COMPARATORS = {"<", "<=", ">", ">="}
+_DECIMAL_COMMA = re.compile(r"^\s*([+-]?\d+),(\d+)\s*$")
+# "3,5-5,1": decimal commas inside a reference range (not "4,000": see _Numbers).
+_RANGE_COMMA = re.compile(r"(?<=\d),(?=\d{1,2}(?!\d)|\d{4,})")
 
 
 # --- values ------------------------------------------------------------------------------
@@ -76,10 +79,43 @@ def _text(rep: Repetition) -> str:
     return rep.text.strip()
 
 
-def _numeric(rep: Repetition, units: Repetition | None, sender: str) -> JSON | None:
+class _Numbers:
+    """Reads the numbers of one OBX-5; a decimal comma is read as a decimal point, with a
+    warning for the sender.
+
+    NM (and the numbers of SN and NR) has a decimal point only (HL7 v2.5.1 2.A.47), but
+    laboratory systems set to a European locale send ``140,5``: read as text, the value
+    would lose its unit and every comparison. One comma between digits, with no point,
+    is read as a decimal comma, unless it could be a thousands separator (three digits
+    after it and a non-zero integer part: ``4,000``): that stays text, as a thousandfold
+    error in a result is worse than a result kept as text.
+    """
+
+    def __init__(self, obx: Segment, ctx: MappingContext) -> None:
+        self.obx, self.ctx = obx, ctx
+
+    def __call__(self, text: str) -> int | float | None:
+        value = number(text)
+        if value is not None:
+            return value
+        found = _DECIMAL_COMMA.match(text)
+        if found is None or _maybe_thousands(found.group(1), found.group(2)):
+            return None
+        value = number(f"{found.group(1)}.{found.group(2)}")
+        self.ctx.warn(self.obx, 5, f"'{text.strip()}' has a decimal comma; read as {value} "
+                      "(NM takes a decimal point)", code=102)
+        return value
+
+
+def _maybe_thousands(whole: str, fraction: str) -> bool:
+    return len(fraction) == 3 and int(whole.lstrip("+-") or "0") != 0
+
+
+def _numeric(rep: Repetition, units: Repetition | None, sender: str, read: _Numbers
+             ) -> JSON | None:
     raw = rep.component(1).strip()
     found = _BOUND.match(raw)
-    value = number(found.group(2)) if found else number(raw)
+    value = read(found.group(2)) if found else read(raw)
     if value is None:
         return None
     result = quantity(value, units, sender)
@@ -88,9 +124,10 @@ def _numeric(rep: Repetition, units: Repetition | None, sender: str) -> JSON | N
     return {"valueQuantity": result}
 
 
-def _structured_numeric(rep: Repetition, units: Repetition | None, sender: str) -> JSON | None:
-    comparator, first_value = rep.component(1).strip(), number(rep.component(2))
-    separator, second_value = rep.component(3).strip(), number(rep.component(4))
+def _structured_numeric(rep: Repetition, units: Repetition | None, sender: str,
+                        read: _Numbers) -> JSON | None:
+    comparator, first_value = rep.component(1).strip(), read(rep.component(2))
+    separator, second_value = rep.component(3).strip(), read(rep.component(4))
     if first_value is None:
         return None
     if separator in {":", "/"} and second_value is not None:
@@ -108,8 +145,9 @@ def _structured_numeric(rep: Repetition, units: Repetition | None, sender: str) 
     return {"valueQuantity": result}
 
 
-def _numeric_range(rep: Repetition, units: Repetition | None, sender: str) -> JSON | None:
-    low, high = number(rep.component(1)), number(rep.component(2))
+def _numeric_range(rep: Repetition, units: Repetition | None, sender: str, read: _Numbers
+                   ) -> JSON | None:
+    low, high = read(rep.component(1)), read(rep.component(2))
     if low is None and high is None:
         return None
     value: JSON = {}
@@ -147,13 +185,14 @@ def _attachment(rep: Repetition, kind: str) -> JSON | None:
     return {"extension": [{"url": VALUE_ATTACHMENT, "valueAttachment": attachment}]}
 
 
-def _value(kind: str, rep: Repetition, units: Repetition | None, ctx: MappingContext
-           ) -> JSON | None:
+def _value(kind: str, rep: Repetition, units: Repetition | None, obx: Segment,
+           ctx: MappingContext) -> JSON | None:
     """value[x] (or an extension) for one repetition of OBX-5; None if it cannot be read."""
+    read = _Numbers(obx, ctx)
     converters: dict[str, Callable[[], JSON | None]] = {
-        "NM": lambda: _numeric(rep, units, ctx.sender),
-        "SN": lambda: _structured_numeric(rep, units, ctx.sender),
-        "NR": lambda: _numeric_range(rep, units, ctx.sender),
+        "NM": lambda: _numeric(rep, units, ctx.sender, read),
+        "SN": lambda: _structured_numeric(rep, units, ctx.sender, read),
+        "NR": lambda: _numeric_range(rep, units, ctx.sender, read),
         "DR": lambda: _period(rep, ctx),
         "TM": lambda: {"valueTime": t} if (t := fhir_time(rep.component(1))) else None,
         "ED": lambda: _attachment(rep, "ED"),
@@ -190,7 +229,7 @@ def _apply_values(observation: JSON, obx: Segment, ctx: MappingContext) -> None:
         return
     values = []
     for rep in reps:
-        value = _value(kind, rep, units, ctx)
+        value = _value(kind, rep, units, obx, ctx)
         if value is None:
             ctx.warn(obx, 5, f"{rep.text!r} is not a valid {kind or 'value'}; "
                      "kept as text", code=102)
@@ -211,7 +250,8 @@ def _reference_range(obx: Segment, units: Repetition | None, sender: str) -> JSO
     text = obx.field(7).strip()
     if not text:
         return None
-    found = _RANGE.match(text)
+    pointed = _RANGE_COMMA.sub(".", text) if "." not in text else text
+    found = _RANGE.match(pointed)
     reference: JSON = {"text": text}
     if found:
         low, high = number(found.group(1)), number(found.group(2))
@@ -220,7 +260,7 @@ def _reference_range(obx: Segment, units: Repetition | None, sender: str) -> JSO
         if high is not None:
             reference["high"] = _simple_quantity(quantity(high, units, sender))
         return reference
-    bound = _BOUND.match(text)
+    bound = _BOUND.match(pointed)
     if bound:
         value = number(bound.group(2))
         if value is not None:

@@ -324,3 +324,20 @@ def test_version_with_an_internationalization_code_keeps_the_pre_25_layout() -> 
     ack = parse(build_ack(message, AckCode.AE, errors=[ErrorDetail(199, "bad", "PID", 1, 3)]))
     assert ack.msh.field(12) == "2.3^CAN"
     assert ack.segment("ERR").raw_field(1) == "PID^1^3^199&bad&HL70357"
+
+
+def test_a_malformed_msh_2_is_named_in_the_err_text_exactly_as_sent() -> None:
+    # HL7 v2.5.1 2.5.4: MSH-2 holds four (five from v2.7) distinct encoding characters; a
+    # repeated "&" makes the delimiters unusable. The ERR-8 text, once its HL7 escapes are
+    # decoded (2.7), must show the characters the sender wrote, not a doubly escaped copy.
+    raw = (b"MSH|^~\\&&|ADT1|GOOD HEALTH HOSPITAL|GHH LAB|GOOD HEALTH HOSPITAL|"
+           b"198808181126|SECURITY|ADT^A01^ADT_A01|MSG00001|P|2.5.1\r"
+           b"EVN|A01|200708181123\r")
+    with pytest.raises(HL7ParseError) as caught:
+        parse(raw)
+    ack = parse(build_unparseable_ack(raw, caught.value) or "")
+    text = "MSH-2: invalid encoding characters '^~\\&&'"
+    assert ack.segment("ERR").field(8) == text
+    assert ack.segment("MSA").field(3) == text
+    assert ack.segment("ERR").component(2, 1) == "MSH"
+    assert ack.segment("ERR").component(2, 3) == "2"

@@ -505,3 +505,38 @@ def test_conditions_escape_search_separators_and_url_encode_the_value() -> None:
     assert search_escape("a|b,c$d\\e") == "a\\|b\\,c\\$d\\\\e"
     assert identifier_condition({"system": "urn:x", "value": "4 East, bed B"}) == \
         "identifier=urn:x|4%20East%5C%2C%20bed%20B"
+
+
+# A result as a laboratory set to a European locale sends it (HL7 v2.5.1 7.4.1 ORU^R01; NM,
+# 2.A.47, has a decimal point only): the value keeps its number and unit, with a warning.
+DECIMAL_COMMA_ORU = (
+    "MSH|^~\\&|LIS|LABOR MITTE|KIS|KLINIKUM NORD|20240305091500+0100||ORU^R01^ORU_R01|"
+    "LM-77120|P|2.5.1\r"
+    "PID|1||4711^^^KLINIKUM NORD^PI||Becker^Anna||19720304|F\r"
+    "OBR|1||LM-5531^LABOR MITTE|24326-1^Electrolytes panel^LN|||20240305080000+0100"
+    "|||||||||||||||20240305091000+0100|||F\r"
+    "OBX|1|NM|2951-2^Sodium [Moles/volume] in Serum or Plasma^LN||140,5|"
+    "mmol/L^millimole per liter^UCUM|135,0-145,0|N|||F\r"
+    "OBX|2|NM|2823-3^Potassium [Moles/volume] in Serum or Plasma^LN||<3,1|"
+    "mmol/L^millimole per liter^UCUM|3,5-5,1|L|||F\r"
+    "OBX|3|NM|26464-8^Leukocytes [#/volume] in Blood^LN||12,500|/uL^per microliter^UCUM"
+    "|||||F\r"
+)
+
+
+def test_a_decimal_comma_is_read_as_a_number_with_its_unit_and_a_warning() -> None:
+    result = mapped(DECIMAL_COMMA_ORU.encode())
+    sodium = by_code(result, "2951-2")
+    assert sodium["valueQuantity"] == {"value": 140.5, "unit": "millimole per liter",
+                                       "system": UCUM, "code": "mmol/L"}
+    assert sodium["referenceRange"][0]["low"]["value"] == 135.0
+    assert sodium["referenceRange"][0]["high"]["value"] == 145.0
+    potassium = by_code(result, "2823-3")
+    assert (potassium["valueQuantity"]["value"], potassium["valueQuantity"]["comparator"]) \
+        == (3.1, "<")
+    # "12,500" may be twelve thousand five hundred: kept as text, never read as 12.5
+    assert by_code(result, "26464-8")["valueString"] == "12,500"
+    warned = {(w.segment, w.sequence, w.field, w.severity.value) for w in result.warnings}
+    assert warned == {("OBX", 1, 5, "W"), ("OBX", 2, 5, "W"), ("OBX", 3, 5, "W")}
+    assert any("'140,5' has a decimal comma; read as 140.5" in w.message
+               for w in result.warnings)
