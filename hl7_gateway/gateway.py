@@ -18,7 +18,10 @@ For every message, whichever transport brought it (MLLP or HTTP):
 7. build the ACKs: original mode AA / AE / AR; enhanced mode the commit ACK (CA / CE /
    CR, per MSH-15) and then the application ACK (per MSH-16).
 
-Nothing is acknowledged before it is safe: AA / CA only after the commit. A message that
+Nothing is acknowledged before it is safe: AA / CA only after the commit. A message with a
+line that cannot be stored while the rest can (a result without its OBX-3) is committed
+without that line and answered AE, an ERR of severity E naming the segment and field for
+each such line. A message that
 cannot be mapped, or whose resources the FHIR server refuses, is answered AE and kept in
 the dead letters (``platform.hl7.message_failed``) with the raw message, to be retried
 once the cause is fixed; a storage failure is answered AR (original mode: "retry
@@ -286,13 +289,18 @@ class HL7Gateway:
             return await self._failed(message, raw, key, [exc.detail], received, replay)
         conditions = [f"{e.resource['resourceType']}:{identifier_token(e.identifier)}"
                       for e in mapped.entries if e.identifier is not None]
-        acks = build_acks(message, Outcome.ACCEPT, mapped.warnings, safe=True)
         committed: list[Processed] = []
 
         def record(staging: Staging, written: Sequence[str], *, mapped: MappedMessage
                    ) -> None:
-            """Inside the commit: the outcome and the events, with the resources' ids."""
-            processed = Processed(Outcome.ACCEPT, acks, mapped.warnings, message.control_id,
+            """Inside the commit: the outcome and the events, with the resources' ids.
+
+            Segments that could not be stored (``mapped.errors``) make it an AE for a
+            message whose other resources are committed: the ERR segments say which."""
+            outcome = Outcome.ERROR if mapped.errors else Outcome.ACCEPT
+            errors = [*mapped.errors, *mapped.warnings]
+            acks = build_acks(message, outcome, errors, safe=True)
+            processed = Processed(outcome, acks, errors, message.control_id,
                                   _kind(message), resources=[r for r in written if r])
             staging.put_document(MESSAGES, key, _record_of(key, message, processed,
                                                            received, {}))
@@ -472,7 +480,7 @@ class HL7Gateway:
         encoded = payload.get("message_base64")
         raw = base64.b64decode(encoded) if encoded else str(payload.get("message", "")).encode()
         processed = await self.process(raw, replay=True)
-        if processed.outcome is not Outcome.ACCEPT:
+        if processed.outcome is not Outcome.ACCEPT and not processed.resources:
             reasons = "; ".join(e.message for e in processed.errors) or processed.ack_code
             raise RuntimeError(f"HL7 message {processed.control_id!r} failed again: {reasons}")
         return processed

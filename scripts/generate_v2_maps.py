@@ -5,6 +5,9 @@ Inputs (``../shared/fhir-r4`` from the repository root, see its README for prove
 - ``v2-tables.json.gz``: the HL7 v2 tables as FHIR CodeSystems. Gives the display text of
   every code of the tables the mappers emit as ``http://terminology.hl7.org/CodeSystem/v2-NNNN``
   codings, so a coding never carries a display the official table does not have.
+- ``profiles-others.json.gz``: the R4 core profiles; the vital signs profiles
+  (``baseDefinition`` .../vitalsigns) give the LOINC codes an OBX is a vital sign by
+  (category ``vital-signs``, which the R4 vital signs profiles require).
 - ``conceptmaps.json``: the R4 core ConceptMaps. Those between a FHIR value set and a v2
   table (``cm-*-v2``) run FHIR → v2; they are inverted here (v2 → FHIR). Where several FHIR
   codes claim one v2 code, the ``equal``/``equivalent`` one wins over ``wider``.
@@ -228,6 +231,23 @@ def _inverted_core_maps(source: Path) -> dict[str, dict[str, str]]:
     return maps
 
 
+def _vital_sign_codes(source: Path) -> dict[str, str]:
+    """LOINC code → vital signs profile id, from the profiles' fixed Observation.code."""
+    with gzip.open(source / "profiles-others.json.gz") as f:
+        bundle = json.load(f)
+    found: dict[str, str] = {}
+    for entry in bundle["entry"]:
+        profile = entry["resource"]
+        if not str(profile.get("baseDefinition", "")).endswith("/vitalsigns"):
+            continue
+        for element in profile.get("differential", {}).get("element", []):
+            element_id = str(element.get("id", ""))
+            code = element.get("fixedCode") or element.get("patternCode")
+            if element_id.startswith("Observation.code.coding:") and code:
+                found[code] = profile["id"]
+    return dict(sorted(found.items()))
+
+
 def build(source: Path) -> dict[str, Any]:
     maps = _inverted_core_maps(source)
     for name, table in IG_MAPS.items():
@@ -244,6 +264,7 @@ def build(source: Path) -> dict[str, Any]:
         "maps": dict(sorted(maps.items())),
         "code_systems": CODE_SYSTEMS,
         "immunization_observations": IMMUNIZATION_OBSERVATIONS,
+        "vital_signs": _vital_sign_codes(source),
     }
 
 

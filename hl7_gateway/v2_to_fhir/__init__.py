@@ -68,6 +68,8 @@ class MappedMessage:
     message: Message
     entries: list[Entry]
     warnings: list[ErrorDetail] = field(default_factory=list)
+    # Segments not stored while the rest is (severity E): the message is answered AE.
+    errors: list[ErrorDetail] = field(default_factory=list)
 
     @property
     def bundle(self) -> JSON:
@@ -88,7 +90,8 @@ def map_message(message: Message, raw: bytes, *, received_at: datetime,
     """Map a parsed message (header already checked) to its transaction.
 
     Raises :class:`MappingError` (carrying the ERR detail) when the message cannot be
-    stored; values that had to be dropped are listed in ``MappedMessage.warnings``.
+    stored; segments that could not be stored while the rest can are listed in
+    ``MappedMessage.errors``, values that had to be dropped in ``MappedMessage.warnings``.
     """
     events, mapper = _MAPPERS[message.message_type]
     if message.trigger_event not in events:
@@ -98,4 +101,5 @@ def map_message(message: Message, raw: bytes, *, received_at: datetime,
     patient = ctx.builder.reference(PATIENT) if ctx.builder.has(PATIENT) else None
     add_source_message(ctx, raw, patient)
     add_provenance(ctx)
-    return MappedMessage(message, list(ctx.builder.entries.values()), ctx.warnings)
+    return MappedMessage(message, list(ctx.builder.entries.values()), ctx.warnings,
+                         ctx.errors)

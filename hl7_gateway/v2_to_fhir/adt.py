@@ -8,6 +8,8 @@
 | IN1 | Coverage | see ``in1`` |
 | AL1 | AllergyIntolerance | see ``al1`` |
 | DG1 | Condition + Encounter.diagnosis | see ``dg1`` |
+| OBX | Observation (subject, encounter) | conditional update on the stay + OBX-3 (+ OBX-14); |
+|  |  | vital signs (height, weight...) get category vital-signs |
 | MRG (A40) | Patient (merged-away record) | inactive, link replaced-by; survivor: link replaces |
 | (message) | Binary + Provenance | see ``provenance`` |
 
@@ -25,6 +27,14 @@ Encounter.status by trigger event (PV1-45 valued always means finished):
 | A13 | cancel discharge | in-progress |
 | A28 / A31 | add / update person | no Encounter (person-level events) |
 | A40 | merge patient | no Encounter |
+
+An ADT's OBX segments (HL7 v2.5.1 3.3.1: ``[{OBX}]`` after PV1/PV2, the admission height
+and weight, say) become Observations of the patient in the stay. Each is identified by
+the stay (its visit number, else patient and admit time, else the message) and OBX-3
+(plus OBX-14 when sent): an A08 that repeats the admission weight corrects it, a weight
+measured at another time is another Observation. The R4 vital signs profiles require
+category ``vital-signs`` for their codes (generated from the R4 profiles into
+``v2_maps.json``), so those get it.
 """
 
 from __future__ import annotations
@@ -33,22 +43,28 @@ from typing import Any
 
 from hl7_gateway.parser import Segment
 from hl7_gateway.v2_to_fhir.al1 import add_allergies
+from hl7_gateway.v2_to_fhir.codes import local_system, vital_sign_profile
 from hl7_gateway.v2_to_fhir.context import MappingContext
 from hl7_gateway.v2_to_fhir.datatypes import cx_identifier, human_name
 from hl7_gateway.v2_to_fhir.dg1 import add_conditions
 from hl7_gateway.v2_to_fhir.in1 import add_coverages
 from hl7_gateway.v2_to_fhir.nk1 import add_related_persons
+from hl7_gateway.v2_to_fhir.oru import add_observation
 from hl7_gateway.v2_to_fhir.pid import (
     PATIENT,
     add_patient,
     patient_from_pid,
     patient_match_identifier,
 )
-from hl7_gateway.v2_to_fhir.pv1 import add_encounter
+from hl7_gateway.v2_to_fhir.pv1 import ENCOUNTER, add_encounter
 
 __all__ = ["ADT_EVENTS", "map_adt"]
 
 JSON = dict[str, Any]
+OBSERVATION_CATEGORY = "http://terminology.hl7.org/CodeSystem/observation-category"
+VITAL_SIGNS = {"coding": [{"system": OBSERVATION_CATEGORY, "code": "vital-signs",
+                           "display": "Vital Signs"}]}
+LOINC_NAMES = frozenset({"LN", "LOINC"})
 
 # Trigger event → Encounter.status; None: the event is about the person, not a visit.
 ADT_EVENTS: dict[str, str | None] = {
@@ -105,9 +121,40 @@ def map_adt(ctx: MappingContext) -> None:
     assert pid is not None
     patient_key = patient_match_identifier(pid, ctx)
     status = _visit_status(ctx)
+    encounter = None
     if status is not None:
-        add_encounter(ctx, patient, patient_key, status=status, update=True)
+        encounter = add_encounter(ctx, patient, patient_key, status=status, update=True)
     add_related_persons(ctx, patient, patient_key)
     add_coverages(ctx, patient, patient_key)
     add_allergies(ctx, patient, patient_key)
     add_conditions(ctx, patient, patient_key)
+    _add_observations(ctx, patient, encounter)
+
+
+def _stay_key(ctx: MappingContext) -> str:
+    """What identifies the stay the message's observations belong to."""
+    if ctx.builder.has(ENCOUNTER):
+        identifier = ctx.builder.entries[ENCOUNTER].identifier
+        if identifier is not None:
+            return str(identifier["value"])
+    return f"message-{ctx.control_id}"
+
+
+def _category(obx: Segment) -> JSON | None:
+    code, system = obx.component(3, 1).strip(), obx.component(3, 3).strip().upper()
+    if system in LOINC_NAMES and vital_sign_profile(code):
+        return VITAL_SIGNS
+    return None
+
+
+def _add_observations(ctx: MappingContext, patient: JSON, encounter: JSON | None) -> None:
+    observations = ctx.message.segments("OBX")
+    if not observations:
+        return
+    links: JSON = {"subject": patient, **({"encounter": encounter} if encounter else {})}
+    system = local_system(ctx.sender, "adt-observation")
+    stay = _stay_key(ctx)
+    for obx in observations:
+        when = obx.component(14, 1).strip()
+        key = {"system": system, "value": f"{stay}@{when}" if when else stay}
+        add_observation(ctx, obx, links, key, effective=None, category=_category(obx))

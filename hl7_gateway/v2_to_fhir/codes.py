@@ -22,6 +22,7 @@ __all__ = [
     "mapped",
     "table_coding",
     "table_system",
+    "vital_sign_profile",
 ]
 
 V2_SYSTEM_PREFIX = "http://terminology.hl7.org/CodeSystem/v2-"
@@ -98,3 +99,8 @@ def _is_oid(value: str) -> bool:
 def immunization_observation(loinc: str) -> str | None:
     """The Immunization element a VXU OBX with this LOINC code carries, if any."""
     return _data()["immunization_observations"].get(loinc)  # type: ignore[no-any-return]
+
+
+def vital_sign_profile(loinc: str) -> str | None:
+    """The R4 vital signs profile id (``bodyweight``...) a LOINC code is the code of."""
+    return _data()["vital_signs"].get(loinc.strip())  # type: ignore[no-any-return]

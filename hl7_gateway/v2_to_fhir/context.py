@@ -1,10 +1,15 @@
 """What every segment mapper shares while one message is mapped.
 
 A :class:`MappingContext` holds the parsed message, the transaction being built, the time
-zone for v2 timestamps that carry none, and the warnings collected on the way (values that
-had to be dropped; they travel back to the sender as ERR segments of severity W on the AA).
-A :class:`MappingError` is a problem that makes the whole message unusable; it names the
-segment and field, and becomes an AE with that location.
+zone for v2 timestamps that carry none, and what went wrong on the way:
+
+- warnings: values that had to be dropped; they travel back to the sender as ERR
+  segments of severity W on the AA;
+- errors: lines (segments) that could not be stored while the rest of the message was,
+  one result of a lab report without its OBX-3, say; ERR segments of severity E naming
+  the segment and field, on an AE (the message is stored, not whole);
+- a :class:`MappingError`: a problem that makes the whole message unusable; it names the
+  segment and field, and becomes an AE with that location, nothing stored.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class MappingContext:
     default_tz: tzinfo
     builder: TransactionBuilder = field(init=False)
     warnings: list[ErrorDetail] = field(default_factory=list)
+    errors: list[ErrorDetail] = field(default_factory=list)
     segments: list[Segment] = field(init=False)
     _positions: dict[int, int] = field(init=False)
 
@@ -94,6 +100,10 @@ class MappingContext:
     def warn(self, segment: Segment, field_no: int, text: str, code: int = 102) -> None:
         """A value was dropped; the message is still accepted (ERR severity W)."""
         self.warnings.append(self._detail(code, text, segment, field_no, Severity.WARNING))
+
+    def skip(self, segment: Segment, field_no: int, text: str, code: int = 101) -> None:
+        """This segment cannot be stored, the rest of the message is (ERR severity E)."""
+        self.errors.append(self._detail(code, text, segment, field_no, Severity.ERROR))
 
     def fail(self, segment: Segment | None, field_no: int | None, text: str,
              code: int = 101) -> MappingError:

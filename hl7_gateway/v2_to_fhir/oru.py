@@ -47,9 +47,18 @@ FINISHED = frozenset({"final", "corrected", "amended", "appended"})
 
 def add_observation(ctx: MappingContext, obx: Segment, links: JSON, key: JSON, *,
                     effective: str | None, category: JSON | None) -> JSON | None:
-    """Stage one OBX as an Observation identified by ``key`` + OBX-3 (+ OBX-4)."""
+    """Stage one OBX as an Observation identified by ``key`` + OBX-3 (+ OBX-4).
+
+    An OBX whose value says what was observed nowhere (OBX-3 empty, OBX-3 is required:
+    HL7 v2.5.1 7.4.2.3) is not stored; the other results of the message are, and the
+    acknowledgement names this one (an error at OBX-3). One without a value either
+    carries nothing and is skipped with a warning."""
     if not obx_has_content(obx):
         ctx.warn(obx, 3, "OBX has neither an identifier nor a value; skipped", code=101)
+        return None
+    if not (obx.component(3, 1).strip() or obx.component(3, 2).strip()):
+        ctx.skip(obx, 3, "observation identifier is empty: this result was not stored, "
+                 "the message's other results were")
         return None
     observation = observation_from_obx(obx, ctx, links, effective=effective, category=category)
     code = obx.component(3, 1).strip() or obx.component(3, 2).strip()

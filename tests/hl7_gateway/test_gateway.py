@@ -316,12 +316,12 @@ async def test_a_rejected_message_replays_once_the_gateway_takes_it(fhir: FhirSe
 
 async def test_a_mapping_failure_is_ae_with_err_and_a_dead_letter(gateway: HL7Gateway,
                                                                   fhir: FhirService) -> None:
-    # OBX-3 empty while OBX-5 holds a value: the result cannot be identified.
-    broken = oru("BAD-1").replace(b"|2345-7^Glucose [Mass/volume] in Serum or Plasma^LN|", b"||")
+    # OBR-4 empty: the report cannot say what it reports, so none of it is stored.
+    broken = oru("BAD-1").replace(b"|24323-8^Comprehensive metabolic panel^LN|", b"||")
     processed = await gateway.process(broken)
     assert msa(processed.acks[0]) == ("AE", "BAD-1")
     assert errs(processed.acks[0]) == [("101", "E")]
-    assert "OBX-3" in parse(processed.acks[0]).segment("ERR").field(8)  # type: ignore[union-attr]
+    assert "OBR-4" in parse(processed.acks[0]).segment("ERR").field(8)  # type: ignore[union-attr]
     entry = await fhir.store.get_document(DEAD_LETTERS, processed.dead_letter_id or "")
     assert entry is not None
     assert entry["topic"] == "platform.hl7.message_failed"
@@ -494,3 +494,84 @@ async def test_enhanced_mode_rejects_with_cr_and_storage_failures_with_ce(
     failed = await failing.process(oru("ENH-CE", msh15="AL", msh16="AL"))
     assert [msa(a)[0] for a in failed.acks] == ["CE"]
     assert errs(failed.acks[0]) == [("207", "E")]
+
+
+# --- messages written from the HL7 v2.5.1 chapters (not from the shared samples) ----------------
+
+# 3.3.1 ADT^A01: [{OBX}] follows PV1/PV2, here the height and weight taken at admission.
+ADT_A01_WITH_OBSERVATIONS = (
+    "MSH|^~\\&|ADT1|GOOD HEALTH HOSPITAL|GHH LAB, INC.|GOOD HEALTH HOSPITAL|200708181126|"
+    "SECURITY|ADT^A01^ADT_A01|MSG00001|P|2.5.1\r"
+    "EVN|A01|200708181123\r"
+    "PID|1||PATID1234^^^GOOD HEALTH HOSPITAL^MR||EVERYMAN^ADAM^A^III||19610615|M\r"
+    "PV1|1|I|2000^2012^01||||004777^ATTEND^AARON^A|||SUR||||ADM|A0||||"
+    "V20070818^^^GOOD HEALTH HOSPITAL^VN\r"
+    "OBX|1|NM|8302-2^Body height^LN||180|cm^centimeter^UCUM|||||F|||200708181120\r"
+    "OBX|2|NM|29463-7^Body weight^LN||82.5|kg^kilogram^UCUM|||||F|||200708181120\r"
+    "OBX|3|ST|8661-1^Chief complaint^LN||Right lower quadrant pain||||||F\r"
+)
+
+
+async def test_adt_observations_are_stored_with_the_patient_and_the_stay(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    processed = await gateway.process(ADT_A01_WITH_OBSERVATIONS)
+    assert (processed.ack_code, processed.errors) == ("AA", [])
+    [patient] = await search(fhir, "Patient", ("identifier", "PATID1234"))
+    [encounter] = await search(fhir, "Encounter", ("identifier", "V20070818"))
+    found = {o["code"]["coding"][0]["code"]: o for o in await search(fhir, "Observation")}
+    assert found.keys() == {"8302-2", "29463-7", "8661-1"}
+    for observation in found.values():
+        assert observation["subject"]["reference"] == f"Patient/{patient['id']}"
+        assert observation["encounter"]["reference"] == f"Encounter/{encounter['id']}"
+        assert observation["status"] == "final"
+    weight = found["29463-7"]
+    assert weight["valueQuantity"] == {"value": 82.5, "unit": "kilogram",
+                                       "system": "http://unitsofmeasure.org", "code": "kg"}
+    assert weight["effectiveDateTime"].startswith("2007-08-18T11:20:00")
+    assert weight["category"][0]["coding"][0]["code"] == "vital-signs"
+    assert "category" not in found["8661-1"]  # not a vital sign
+    assert found["8661-1"]["valueString"] == "Right lower quadrant pain"
+    # the A08 that repeats the admission weight corrects it (the same Observation)
+    update = ADT_A01_WITH_OBSERVATIONS.replace("ADT^A01^ADT_A01|MSG00001", "ADT^A08^ADT_A01|"
+                                               "MSG00002").replace("EVN|A01", "EVN|A08")
+    update = update.replace("||82.5|kg", "||81.9|kg")
+    assert (await gateway.process(update)).ack_code == "AA"
+    weights = await search(fhir, "Observation", ("code", "http://loinc.org|29463-7"))
+    assert [(w["id"], w["valueQuantity"]["value"]) for w in weights] == [(weight["id"], 81.9)]
+
+
+# 7.4.1 ORU^R01 (the chapter's glucose example), with a second result whose OBX-3 the sender
+# left empty: OBX-3 is required (7.4.2.3), the other two results are still good.
+ORU_WITH_ONE_RESULT_WITHOUT_CODE = (
+    "MSH|^~\\&|GHH LAB|ELAB-3|GHH OE|BLDG4|200202150930||ORU^R01^ORU_R01|CNTRL-3456|P|2.5.1\r"
+    "PID|||555444444^^^GOOD HEALTH HOSPITAL^MR||EVERYWOMAN^EVE^E^^^^L|JONES|19620320|F\r"
+    "OBR|1|845439^GHH OE|1045813^GHH LAB|15545^GLUCOSE|||200202150730|||||||||"
+    "555-55-5555^PRIMARY^PATRICIA P^^^^MD^^|||||||||F\r"
+    "OBX|1|SN|1554-5^GLUCOSE^POST 12H CFST:MCNC:PT:SER/PLAS:QN||^182|mg/dl|70_105|H|||F\r"
+    "OBX|2|NM|||6.1|mmol/L|3.5-5.1|H|||F\r"
+    "OBX|3|NM|2160-0^CREATININE^LN||1.1|mg/dl|0.7-1.3|N|||F\r"
+)
+
+
+async def test_a_result_line_without_its_code_is_reported_and_the_others_are_stored(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    processed = await gateway.process(ORU_WITH_ONE_RESULT_WITHOUT_CODE)
+    [ack] = processed.acks
+    assert msa(ack) == ("AE", "CNTRL-3456")
+    [err] = parse(ack).segments("ERR")
+    # ERR-2 error location: segment id, sequence, field; ERR-3 table 0357; ERR-4 severity
+    assert err.field(2) == "OBX^2^3"
+    assert (err.component(3, 1), err.field(4)) == ("101", "E")
+    assert "not stored" in err.field(8)
+    stored = {o["code"]["coding"][0]["code"]: o for o in await search(fhir, "Observation")}
+    assert stored.keys() == {"1554-5", "2160-0"}
+    assert stored["1554-5"]["valueQuantity"]["value"] == 182
+    [report] = await search(fhir, "DiagnosticReport", ("identifier", "1045813"))
+    assert {r["reference"] for r in report["result"]} == {
+        f"Observation/{o['id']}" for o in stored.values()}
+    assert processed.dead_letter_id is None  # stored: nothing to replay
+    assert await fhir.store.find_documents(DEAD_LETTERS, {}, limit=10) == []
+    # the sender's resend is answered from the record, and stores nothing twice
+    again = await gateway.process(ORU_WITH_ONE_RESULT_WITHOUT_CODE)
+    assert (again.duplicate, again.acks) == (True, processed.acks)
+    assert len(await search(fhir, "Observation")) == 2

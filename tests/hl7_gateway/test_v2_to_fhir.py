@@ -248,12 +248,13 @@ def test_placer_numbers_from_this_platform_use_the_lab_order_system() -> None:
                                                    "HP00AB12CD34EF")
 
 
-def test_an_obx_with_a_value_but_no_identifier_is_an_error_at_obx_3() -> None:
+def test_an_obx_with_a_value_but_no_identifier_is_left_out_as_an_error_at_obx_3() -> None:
     raw = oru(results=[]).replace(b"\rSPM", b"\rOBX|1|NM|||42|mg||||||F\rSPM")
-    with pytest.raises(MappingError) as failure:
-        mapped(raw)
-    detail = failure.value.detail
-    assert (detail.code, detail.segment, detail.field) == (101, "OBX", 3)
+    result = mapped(raw)
+    assert resources(result, "Observation") == []
+    [error] = result.errors
+    assert (error.code, error.segment, error.sequence, error.field, error.severity.value) \
+        == (101, "OBX", 1, 3, "E")
 
 
 def test_an_oru_without_obr_is_a_segment_sequence_error() -> None:
