@@ -9,7 +9,8 @@ For every message, whichever transport brought it (MLLP or HTTP):
    entry per MSH-3|MSH-4|MSH-10 however often it is resent, to be read and replayed);
 3. look up the idempotency record (collection ``hl7_messages``, keyed by MSH-3|MSH-4|
    MSH-10): a message seen before is answered with the ACKs it got then, and stored once;
-4. map it to one FHIR transaction (``hl7_gateway.v2_to_fhir``), resolve merged updates;
+4. map it to one FHIR transaction (``hl7_gateway.v2_to_fhir``), find the stays of
+   Encounters named by no identifier (``hl7_gateway.stays``), resolve merged updates;
 5. commit the transaction through ``FhirService.transaction``, and in the same commit
    (its ``on_commit``) the idempotency record with the outcome and a
    ``platform.lab.result_received`` event per lab report: the resources, the record and
@@ -75,6 +76,7 @@ from hl7_gateway.parser import (
     parse,
     read_msh_leniently,
 )
+from hl7_gateway.stays import resolve_stays
 from hl7_gateway.v2_to_fhir import SUPPORTED_MESSAGES, MappedMessage, MappingError, map_message
 from hl7_gateway.v2_to_fhir.bundle import identifier_token
 from hl7_gateway.v2_to_fhir.context import message_namespace
@@ -340,6 +342,7 @@ class HL7Gateway:
         a lost race maps the message again and retries."""
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
+                await resolve_stays(mapped.entries, self.fhir.search)
                 await resolve_merges(mapped.entries, self.fhir.search)
                 await self.fhir.transaction(mapped.bundle, prefer="minimal",
                                             on_commit=functools.partial(record, mapped=mapped))

@@ -28,7 +28,7 @@ from typing import Any
 
 from hl7_gateway.v2_to_fhir.bundle import Entry, identifier_token
 
-__all__ = ["AmbiguousMatch", "Search", "overlay", "resolve_merges"]
+__all__ = ["AmbiguousMatch", "Search", "merge_into", "overlay", "resolve_merges"]
 
 JSON = dict[str, Any]
 Search = Callable[[str, list[tuple[str, str]]], Awaitable[list[JSON]]]
@@ -95,9 +95,14 @@ async def resolve_merges(entries: Iterable[Entry], search: Search) -> None:
             continue
         if len(found) > 1:
             raise AmbiguousMatch(entry, len(found))
-        stored = found[0]
-        entry.resource = overlay(stored, entry.resource)
-        entry.resource["id"] = stored["id"]
-        entry.method, entry.url = "PUT", f"{resource_type}/{stored['id']}"
-        version = (stored.get("meta") or {}).get("versionId")
-        entry.if_match = f'W/"{version}"' if version else None
+        merge_into(entry, found[0])
+
+
+def merge_into(entry: Entry, stored: JSON) -> None:
+    """Make ``entry`` a version-checked update of ``stored`` with its content laid over."""
+    resource_type = entry.resource["resourceType"]
+    entry.resource = overlay(stored, entry.resource)
+    entry.resource["id"] = stored["id"]
+    entry.method, entry.url = "PUT", f"{resource_type}/{stored['id']}"
+    version = (stored.get("meta") or {}).get("versionId")
+    entry.if_match = f'W/"{version}"' if version else None

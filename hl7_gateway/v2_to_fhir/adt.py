@@ -3,7 +3,8 @@
 | v2 | FHIR | written as |
 |---|---|---|
 | PID (+PD1) | Patient | conditional update on PID-3, merged into the stored Patient |
-| PV1 (+PV2) | Encounter (+ Location) | conditional update on the visit number |
+| PV1 (+PV2) | Encounter (+ Location) | conditional update on the visit number (else see |
+|  |  | ``pv1``: patient + admit time, else the patient's stay) |
 | NK1 | RelatedPerson | see ``nk1`` |
 | IN1 | Coverage | see ``in1`` |
 | AL1 | AllergyIntolerance | see ``al1`` |
@@ -56,7 +57,7 @@ from hl7_gateway.v2_to_fhir.pid import (
     patient_from_pid,
     patient_match_identifier,
 )
-from hl7_gateway.v2_to_fhir.pv1 import ENCOUNTER, add_encounter
+from hl7_gateway.v2_to_fhir.pv1 import ENCOUNTER, StayRule, add_encounter
 
 __all__ = ["ADT_EVENTS", "map_adt"]
 
@@ -71,6 +72,18 @@ ADT_EVENTS: dict[str, str | None] = {
     "A01": "in-progress", "A02": "in-progress", "A03": "finished", "A04": "arrived",
     "A05": "planned", "A08": "in-progress", "A11": "cancelled", "A13": "in-progress",
     "A28": None, "A31": None, "A40": None,
+}
+
+
+# Without a visit number or admit time, the Encounter statuses an event may find its stay
+# in, and whether it may be at another location than PV1-3 (see ``pv1``): an event about a
+# stay already begun follows the patient; one that begins a stay does not take another's.
+# "unknown": what an A08 that came first (no admit time to tell) created.
+OPEN = ("planned", "arrived", "triaged", "in-progress", "onleave", "unknown")
+STAY_RULES: dict[str, StayRule] = {
+    "A01": (OPEN, False), "A04": (OPEN, False), "A05": (OPEN, False),
+    "A02": (OPEN, True), "A03": (OPEN, True), "A08": (OPEN, True), "A11": (OPEN, True),
+    "A13": (("finished", *OPEN), True),
 }
 
 
@@ -123,7 +136,8 @@ def map_adt(ctx: MappingContext) -> None:
     status = _visit_status(ctx)
     encounter = None
     if status is not None:
-        encounter = add_encounter(ctx, patient, patient_key, status=status, update=True)
+        encounter = add_encounter(ctx, patient, patient_key, status=status, update=True,
+                                  stay=STAY_RULES.get(ctx.event))
     add_related_persons(ctx, patient, patient_key)
     add_coverages(ctx, patient, patient_key)
     add_allergies(ctx, patient, patient_key)

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 __all__ = [
     "Entry",
+    "StayMatch",
     "TransactionBuilder",
     "identifier_condition",
     "identifier_token",
@@ -64,6 +65,19 @@ def identifier_condition(identifier: JSON) -> str:
     return "identifier=" + (token if _URL_SAFE.fullmatch(token) else quote(token, safe=":/|^"))
 
 
+@dataclass(frozen=True)
+class StayMatch:
+    """How to find the stored Encounter of a stay the message names by no identifier
+    (PV1-19 and PV1-44 empty): the patient's Encounters in one of ``statuses``, the one
+    at ``location`` first; with ``any_location``, else the patient's latest such one.
+    ``hl7_gateway.stays`` looks them up before the transaction."""
+
+    patient: JSON  # the patient's match identifier (PID-3)
+    location: JSON | None  # the identifier of the PV1-3 Location
+    statuses: tuple[str, ...]
+    any_location: bool
+
+
 @dataclass
 class Entry:
     key: str
@@ -77,6 +91,8 @@ class Entry:
     # Merged into the current resource instead of replacing it (see hl7_gateway.merge).
     merge: bool = False
     if_match: str | None = None
+    # An Encounter found by the stay it is about rather than by an identifier.
+    stay: StayMatch | None = None
 
     def to_json(self) -> JSON:
         request: JSON = {"method": self.method, "url": self.url}
@@ -110,6 +126,10 @@ class TransactionBuilder:
     def resolve(self, reference: JSON) -> JSON:
         """The staged resource a reference made by this builder points at."""
         return self._by_url[reference["reference"]].resource
+
+    def entry_of(self, reference: JSON) -> Entry | None:
+        """The staged entry a reference made by this builder points at, if any."""
+        return self._by_url.get(str(reference.get("reference", "")))
 
     def get(self, key: str) -> JSON:
         """The resource staged under ``key`` (mappers add to it after creating it)."""
@@ -147,6 +167,12 @@ class TransactionBuilder:
             return self.post(key, resource)
         url = f"{resource['resourceType']}?{identifier_condition(identifier)}"
         return self._add(key, resource, "PUT", url, identifier=identifier, merge=merge)
+
+    def stay(self, key: str, resource: JSON, match: StayMatch) -> JSON:
+        """Create, unless the stay ``match`` describes is stored (then update that one)."""
+        reference = self.post(key, resource)
+        self.entries[key].stay = match
+        return reference
 
     def resources(self, resource_type: str | None = None) -> list[JSON]:
         return [e.resource for e in self.entries.values()

@@ -9,13 +9,27 @@
 | PV1-7 / 8 / 9 / 17 | participant ATND / REF / CON / ADM | logical Practitioner references |
 | PV1-10 | serviceType | table 0069 |
 | PV1-14 / PV1-36 | hospitalization.admitSource / dischargeDisposition | tables 0023 / 0112 |
-| PV1-19 | identifier (type VN) | the match key; without it, patient + PV1-44 |
+| PV1-19 | identifier (type VN) | the match key; without it, patient + PV1-44; |
+|  |  | without both, the stay (see below) |
 | PV1-44 / PV1-45 | period.start / period.end | PV1-45 valued → status finished |
 | PV2-3 | reasonCode | |
 | (event) | status | chosen by the ADT mapper from the trigger event |
 
 ADT messages create or replace the Encounter (conditional update on the visit number);
 result and order messages only reference it, creating it when absent.
+
+Which stored Encounter an ADT is about, as well as its data allows:
+
+1. the visit number (PV1-19), when sent;
+2. else the patient (PID-3) and the admit date/time (PV1-44): one patient is not admitted
+   twice at the same instant;
+3. else the stay: the patient's Encounter at the PV1-3 location in a status the event
+   applies to (planned, arrived, triaged, in-progress, onleave, unknown; A13 also
+   finished), then,
+   for events about a stay already begun (A02, A03, A08, A11, A13), the patient's most
+   recently updated such Encounter wherever it is (a transfer moved it); events that begin
+   a stay (A01, A04, A05) never take one at another location. Nothing found: a new
+   Encounter. ``hl7_gateway.stays`` does these lookups before the transaction.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from hl7_gateway.parser import Repetition, Segment
+from hl7_gateway.v2_to_fhir.bundle import StayMatch
 from hl7_gateway.v2_to_fhir.codes import local_system, mapped, table_coding
 from hl7_gateway.v2_to_fhir.context import MappingContext
 from hl7_gateway.v2_to_fhir.datatypes import (
@@ -34,7 +49,7 @@ from hl7_gateway.v2_to_fhir.datatypes import (
     practitioner_reference,
 )
 
-__all__ = ["ENCOUNTER", "add_encounter", "add_location", "encounter_status"]
+__all__ = ["ENCOUNTER", "StayRule", "add_encounter", "add_location", "encounter_status"]
 
 JSON = dict[str, Any]
 ENCOUNTER = "Encounter"
@@ -43,6 +58,8 @@ V3_NULL_FLAVOR = "http://terminology.hl7.org/CodeSystem/v3-NullFlavor"
 PARTICIPATION = "http://terminology.hl7.org/CodeSystem/v3-ParticipationType"
 PHYSICAL_TYPE = "http://terminology.hl7.org/CodeSystem/location-physical-type"
 DIAGNOSIS_ROLE = "http://terminology.hl7.org/CodeSystem/diagnosis-role"
+# (the Encounter statuses the event applies to, whether any location will do)
+StayRule = tuple[tuple[str, ...], bool]
 
 
 def encounter_status(pv1: Segment, default: str) -> str:
@@ -179,9 +196,21 @@ def encounter_from_pv1(pv1: Segment, ctx: MappingContext, patient: JSON, status:
     return encounter
 
 
+def _current_location(ctx: MappingContext, encounter: JSON) -> JSON | None:
+    """The identifier of the Location the Encounter is at (PV1-3), if any."""
+    for place in encounter.get("location", []):
+        entry = ctx.builder.entry_of(place["location"])
+        if place.get("status") == "active" and entry is not None:
+            return entry.identifier
+    return None
+
+
 def add_encounter(ctx: MappingContext, patient: JSON, patient_key: JSON | None, *,
-                  status: str, update: bool) -> JSON | None:
-    """Stage the Encounter of the message's PV1; None when there is no usable PV1."""
+                  status: str, update: bool, stay: StayRule | None = None) -> JSON | None:
+    """Stage the Encounter of the message's PV1; None when there is no usable PV1.
+
+    ``stay``: without a visit number or admit time, find the stay by that rule (module
+    docstring) instead of creating an Encounter each message."""
     pv1 = ctx.message.segment("PV1")
     if pv1 is None or pv1.field_count < 2:
         return None
@@ -190,6 +219,11 @@ def add_encounter(ctx: MappingContext, patient: JSON, patient_key: JSON | None, 
         return None  # a result without a visit number does not invent an encounter
     encounter = encounter_from_pv1(pv1, ctx, patient, status, identifier,
                                    ctx.message.segment("PV2"))
+    if identifier is None and stay is not None and patient_key is not None:
+        statuses, any_location = stay
+        match = StayMatch(patient_key, _current_location(ctx, encounter), statuses,
+                          any_location)
+        return ctx.builder.stay(ENCOUNTER, encounter, match)
     if update:
         return ctx.builder.upsert(ENCOUNTER, encounter, identifier)
     return ctx.builder.create(ENCOUNTER, encounter, identifier)

@@ -29,7 +29,7 @@ from hl7_gateway.mllp import MLLPClient, MLLPServer
 from hl7_gateway.parser import encode_message, parse
 from hl7_gateway.send import messages_in, send_files
 from tests.hl7_gateway.hl7_samples import sample_files
-from tests.hl7_gateway.messages import CHEMISTRY, EXPECTED_ACKS, adt, oru
+from tests.hl7_gateway.messages import CHEMISTRY, EXPECTED_ACKS, adt, oru, segment
 
 JSON = dict[str, Any]
 
@@ -575,3 +575,52 @@ async def test_a_result_line_without_its_code_is_reported_and_the_others_are_sto
     again = await gateway.process(ORU_WITH_ONE_RESULT_WITHOUT_CODE)
     assert (again.duplicate, again.acks) == (True, processed.acks)
     assert len(await search(fhir, "Observation")) == 2
+
+
+def _stay_message(event: str, structure: str, control_id: str, pv1: dict[int, str]) -> str:
+    """An ADT of chapter 3 (3.3.1 A01, 3.3.2 A02, 3.3.3 A03, 3.3.8 A08) whose PV1 carries
+    neither a visit number (PV1-19) nor an admit date/time (PV1-44)."""
+    return "\r".join([
+        "MSH|^~\\&|ADT1|GOOD HEALTH HOSPITAL|GHH LAB, INC.|GOOD HEALTH HOSPITAL|"
+        f"200708181126|SECURITY|ADT^{event}^{structure}|{control_id}|P|2.5.1",
+        f"EVN|{event}|200708181123",
+        "PID|1||PATID5678^^^GOOD HEALTH HOSPITAL^MR||EVERYWOMAN^EVE^E||19620320|F",
+        segment("PV1", {1: "1", 2: "I", 7: "004777^ATTEND^AARON^A", **pv1}),
+    ]) + "\r"
+
+
+async def test_one_stay_without_visit_number_or_admit_time_is_one_encounter(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    ward, surgery = "2000^2012^01", "3000^3015^02"
+    messages = [
+        _stay_message("A01", "ADT_A01", "STAY-1", {3: ward}),
+        _stay_message("A08", "ADT_A01", "STAY-2", {3: ward, 10: "SUR"}),
+        # the transfer names the new location in PV1-3 and the one it left in PV1-6
+        _stay_message("A02", "ADT_A02", "STAY-3", {3: surgery, 6: ward}),
+        _stay_message("A03", "ADT_A03", "STAY-4", {3: surgery, 45: "200708201000"}),
+    ]
+    for message in messages:
+        assert (await gateway.process(message)).ack_code == "AA"
+    [patient] = await search(fhir, "Patient", ("identifier", "PATID5678"))
+    [encounter] = await search(fhir, "Encounter", ("subject", f"Patient/{patient['id']}"))
+    assert encounter["status"] == "finished"
+    assert encounter["period"]["end"].startswith("2007-08-20T10:00:00")
+    assert encounter["serviceType"]["coding"][0]["code"] == "SUR"  # the A08's update
+    assert encounter["meta"]["versionId"] == "4"
+    # a new admission after the discharge is a new stay, not the finished one
+    readmission = _stay_message("A01", "ADT_A01", "STAY-5", {3: ward})
+    assert (await gateway.process(readmission)).ack_code == "AA"
+    stays = await search(fhir, "Encounter", ("subject", f"Patient/{patient['id']}"))
+    assert sorted(e["status"] for e in stays) == ["finished", "in-progress"]
+
+
+async def test_an_admission_elsewhere_does_not_take_an_open_stay_at_another_location(
+        gateway: HL7Gateway, fhir: FhirService) -> None:
+    # an outpatient visit (A04) still open at the clinic, then an inpatient admission (A01)
+    visit = _stay_message("A04", "ADT_A01", "OUT-1", {2: "O", 3: "CLINIC^1^1"})
+    admission = _stay_message("A01", "ADT_A01", "IN-1", {3: "2000^2012^01"})
+    for message in (visit, admission):
+        assert (await gateway.process(message)).ack_code == "AA"
+    stays = await search(fhir, "Encounter")
+    assert sorted((e["class"]["code"], e["status"]) for e in stays) == [
+        ("AMB", "arrived"), ("IMP", "in-progress")]
