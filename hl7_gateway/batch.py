@@ -1,26 +1,44 @@
-"""HL7 v2 batch files: FHS/BHS envelopes split into their messages.
+"""HL7 v2 batch files: FHS/BHS envelopes split into their messages, and acknowledged.
 
-Responsible for the batch protocol of HL7 v2 chapter 2 (`[FHS] {[BHS] {MSH...} [BTS]}
-[FTS]`): it groups segments into messages, keeps the file and batch header and trailer
-segments, and reports where a trailer's message or batch count disagrees with what
-was found. Each message is a `hl7_gateway.parser.Message` like any other.
+Responsible for the batch protocol of HL7 v2 chapter 2 (v2.5.1 2.10.3: `[FHS] {[BHS]
+{MSH...} [BTS]} [FTS]`): it groups segments into messages, keeps the file and batch
+header and trailer segments, and reports where a trailer's message or batch count
+disagrees with what was found. Each message is a `hl7_gateway.parser.Message` like any
+other.
+
+The acknowledgement of a batch is itself a batch (2.10.3.3, "all messages are
+acknowledged in the response batch"): the same envelope as the batch received, each
+header answering its own (sender and receiver swapped, a new control id in FHS-11 /
+BHS-11, the received one in FHS-12 / BHS-12, the reference file / batch control id), the
+ACKs of every message inside in order, BTS-1 / FTS-1 counting what the answer holds and
+BTS-2 / FTS-2 saying in words what became of the messages.
+
+Lines starting with ``#`` before the first segment (provenance notes of sample files) are
+not HL7 and are dropped before anything is read (:func:`strip_comment_lines`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from hl7_gateway.parser import (
+    DEFAULT_DELIMITERS,
     HEADER_SEGMENTS,
     Delimiters,
     HL7ParseError,
     Message,
     Segment,
     decode_message,
+    escape,
     split_segments,
 )
 
-__all__ = ["Batch", "BatchFile", "parse_batch", "split_batch"]
+__all__ = ["Batch", "BatchFile", "build_batch_ack", "is_batch", "parse_batch", "split_batch",
+           "strip_comment_lines"]
+
+_BOM = b"\xef\xbb\xbf"
 
 _ENVELOPE = frozenset({"FHS", "BHS", "BTS", "FTS"})
 
@@ -32,6 +50,7 @@ class Batch:
     header: Segment | None = None
     trailer: Segment | None = None
     messages: list[Message] = field(default_factory=list)
+    count_error: str | None = None  # BTS-1 disagrees with the messages found
 
 
 @dataclass
@@ -42,6 +61,7 @@ class BatchFile:
     trailer: Segment | None = None
     batches: list[Batch] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    count_error: str | None = None  # FTS-1 disagrees with the batches found
 
     @property
     def messages(self) -> list[Message]:
@@ -49,18 +69,38 @@ class BatchFile:
         return [m for b in self.batches for m in b.messages]
 
 
-def _count_warnings(batch_file: BatchFile) -> list[str]:
-    warnings: list[str] = []
+def strip_comment_lines(raw: bytes) -> bytes:
+    """``raw`` without the ``#`` lines before its first segment (a BOM is kept)."""
+    bom = _BOM if raw.startswith(_BOM) else b""
+    rest = raw[len(bom):]
+    while rest.startswith(b"#"):
+        ends = [i for i in (rest.find(b"\r"), rest.find(b"\n")) if i >= 0]
+        rest = rest[min(ends) + 1:] if ends else b""
+        rest = rest.lstrip(b"\r\n")
+    return bom + rest
+
+
+def is_batch(raw: bytes) -> bool:
+    """Whether ``raw`` is a batch file (it starts with FHS or BHS)."""
+    return raw.removeprefix(_BOM).lstrip(b" \t\r\n\x0b")[:3] in {b"FHS", b"BHS"}
+
+
+def _check_counts(batch_file: BatchFile) -> list[str]:
+    """Set each batch's and the file's ``count_error`` where BTS-1 / FTS-1 declares
+    another count than was found (a truncated or spliced batch); the texts, in order."""
+    found: list[str] = []
     for number, batch in enumerate(batch_file.batches, 1):
-        declared = batch.trailer.field(1) if batch.trailer else ""
+        declared = batch.trailer.field(1).strip() if batch.trailer else ""
         if declared.isdecimal() and int(declared) != len(batch.messages):
-            warnings.append(
-                f"BTS-1 of batch {number} declares {declared} messages, found {len(batch.messages)}"
-            )
-    declared = batch_file.trailer.field(1) if batch_file.trailer else ""
+            batch.count_error = (f"BTS-1 of batch {number} declares {declared} messages, "
+                                 f"found {len(batch.messages)}")
+            found.append(batch.count_error)
+    declared = batch_file.trailer.field(1).strip() if batch_file.trailer else ""
     if declared.isdecimal() and int(declared) != len(batch_file.batches):
-        warnings.append(f"FTS-1 declares {declared} batches, found {len(batch_file.batches)}")
-    return warnings
+        batch_file.count_error = (f"FTS-1 declares {declared} batches, found "
+                                  f"{len(batch_file.batches)}")
+        found.append(batch_file.count_error)
+    return found
 
 
 class _Builder:
@@ -117,7 +157,7 @@ def parse_batch(raw: bytes | str) -> BatchFile:
             current = _delimiters_of(line, current)
         builder.add(Segment(line, current, codec))
     builder.finish_message()
-    builder.file.warnings = warnings + repairs + _count_warnings(builder.file)
+    builder.file.warnings = warnings + repairs + _check_counts(builder.file)
     return builder.file
 
 
@@ -131,3 +171,48 @@ def _delimiters_of(line: str, fallback: Delimiters) -> Delimiters:
 def split_batch(raw: bytes | str) -> list[Message]:
     """The messages of a batch file, envelope segments dropped."""
     return parse_batch(raw).messages
+
+
+# --- the acknowledgement batch -----------------------------------------------------------
+
+
+def _reply_header(header: Segment, control_id: str, timestamp: datetime) -> str:
+    """The FHS / BHS answering ``header`` (v2.5.1 2.15.6 FHS, 2.15.2 BHS: 3-6 applications
+    and facilities, 7 date/time, 11 control id, 12 the control id answered)."""
+    d = header.delimiters
+    fields = [header.id, d.encoding_characters, header.raw_field(5), header.raw_field(6),
+              header.raw_field(3), header.raw_field(4), timestamp.strftime("%Y%m%d%H%M%S%z"),
+              "", "", "", escape(control_id, d), header.raw_field(11)]
+    return d.field.join(fields).rstrip(d.field)
+
+
+def _trailer(segment_id: str, count: int, comment: str, d: Delimiters) -> str:
+    return d.field.join([segment_id, str(count), escape(comment, d)])
+
+
+def build_batch_ack(batch_file: BatchFile, acks: Sequence[Sequence[str]],
+                    comments: Sequence[str], file_comment: str, *, control_id: str,
+                    timestamp: datetime) -> str:
+    """The acknowledgement batch of ``batch_file`` (module docstring).
+
+    ``acks``: per batch of the file, the ACK messages of its messages in order;
+    ``comments``: per batch, BTS-2; ``file_comment``: FTS-2. Each header gets
+    ``control_id`` with its position appended (``-F`` for the file, ``-B1``... batches),
+    cut to fit FHS-11 / BHS-11 (ST, 20 characters in v2.5.1).
+    """
+    control_id = control_id[:15]
+    lines: list[str] = []
+    d = batch_file.header.delimiters if batch_file.header else DEFAULT_DELIMITERS
+    if batch_file.header is not None:
+        lines.append(_reply_header(batch_file.header, f"{control_id}-F", timestamp))
+    for number, (batch, answers, comment) in enumerate(
+            zip(batch_file.batches, acks, comments, strict=True), 1):
+        batch_d = batch.header.delimiters if batch.header else d
+        if batch.header is not None:
+            lines.append(_reply_header(batch.header, f"{control_id}-B{number}", timestamp))
+        lines += [ack.rstrip("\r") for ack in answers]
+        if batch.header is not None or batch.trailer is not None:
+            lines.append(_trailer("BTS", len(answers), comment, batch_d))
+    if batch_file.header is not None or batch_file.trailer is not None:
+        lines.append(_trailer("FTS", len(batch_file.batches), file_comment, d))
+    return "\r".join(lines) + "\r"

@@ -72,7 +72,6 @@ from hl7_gateway.parser import (
     HL7ParseError,
     Message,
     decode_message,
-    encode_message,
     parse,
     read_msh_leniently,
 )
@@ -90,7 +89,9 @@ __all__ = [
     "RESULT_TOPIC",
     "HL7Gateway",
     "Processed",
+    "build_acks",
     "idempotency_key",
+    "kind_of",
 ]
 
 log = logging.getLogger("healthplatform.hl7")
@@ -247,12 +248,7 @@ class HL7Gateway:
         self.max_segments = max_segments
         self._locks = _KeyedLocks()
 
-    # -- entry points ----------------------------------------------------------------------
-    async def handle_mllp(self, raw: bytes) -> list[bytes]:
-        """The MLLP handler: the frames to write back, in order (possibly none)."""
-        processed = await self.process(raw)
-        return [encode_message(ack) for ack in processed.acks]
-
+    # -- entry points (a door's payload, batch or message: ``hl7_gateway.intake``) ----------
     async def process(self, raw: bytes | str, *, replay: bool = False) -> Processed:
         """Process one message; ``replay`` reprocesses a message whose earlier attempt
         failed (a dead letter retry) instead of answering with the recorded outcome."""
@@ -303,7 +299,7 @@ class HL7Gateway:
             errors = [*mapped.errors, *mapped.warnings]
             acks = build_acks(message, outcome, errors, safe=True)
             processed = Processed(outcome, acks, errors, message.control_id,
-                                  _kind(message), resources=[r for r in written if r])
+                                  kind_of(message), resources=[r for r in written if r])
             staging.put_document(MESSAGES, key, _record_of(key, message, processed,
                                                            received, {}))
             for event_id, payload in _result_events(message, mapped, written):
@@ -331,7 +327,7 @@ class HL7Gateway:
         except MappingError:
             raise
         except Exception as exc:  # a mapper bug must not lose the message: NAK + dead letter
-            log.exception("mapping %s %s failed", _kind(message), message.control_id)
+            log.exception("mapping %s %s failed", kind_of(message), message.control_id)
             raise MappingError(ErrorDetail(207, f"internal error while mapping: {exc}")
                                ) from exc
 
@@ -358,10 +354,10 @@ class HL7Gateway:
             except (VersionConflict, ConditionChanged) as exc:
                 failure = exc
             except Exception as exc:
-                log.exception("committing %s %s failed", _kind(message), message.control_id)
+                log.exception("committing %s %s failed", kind_of(message), message.control_id)
                 raise _StorageFailure(f"{type(exc).__name__}: {exc}") from exc
             log.info("retrying %s %s after a concurrent write (%s), attempt %d",
-                     _kind(message), message.control_id, failure, attempt)
+                     kind_of(message), message.control_id, failure, attempt)
             mapped = self._map(message, raw, received)  # merges must see the new state
         raise _StorageFailure("concurrent writes kept changing the resources of this message")
 
@@ -393,12 +389,12 @@ class HL7Gateway:
                       ) -> Processed:
         """The message cannot be stored as FHIR: AE, dead letter, outcome recorded."""
         reason = "; ".join(e.message for e in errors)
-        log.warning("%s %s not stored: %s", _kind(message), message.control_id, reason)
+        log.warning("%s %s not stored: %s", kind_of(message), message.control_id, reason)
         safe, dead_letter = await self._keep(raw, reason, key=key, message=message,
                                              replay=replay)
         processed = Processed(Outcome.ERROR,
                               build_acks(message, Outcome.ERROR, errors, safe=safe), errors,
-                              message.control_id, _kind(message), dead_letter_id=dead_letter)
+                              message.control_id, kind_of(message), dead_letter_id=dead_letter)
         if safe:
             await self._record(key, message, processed, received,
                                extra={"dead_letter_id": dead_letter})
@@ -412,7 +408,7 @@ class HL7Gateway:
                                           message=message, replay=replay)
         acks = build_acks(message, Outcome.REJECT, errors, safe=False,
                           commit_outcome=Outcome.ERROR)
-        return Processed(Outcome.REJECT, acks, errors, message.control_id, _kind(message),
+        return Processed(Outcome.REJECT, acks, errors, message.control_id, kind_of(message),
                          dead_letter_id=dead_letter)
 
     async def _rejected(self, message: Message, raw: bytes, problems: list[ErrorDetail],
@@ -423,13 +419,13 @@ class HL7Gateway:
         of the same message (MSH-3|MSH-4|MSH-10) replaces its entry instead of adding one."""
         key = idempotency_key(message)
         reason = "rejected: " + "; ".join(e.message for e in problems)
-        log.warning("%s %s rejected: %s", _kind(message), message.control_id, reason)
+        log.warning("%s %s rejected: %s", kind_of(message), message.control_id, reason)
         entry_id = str(uuid.uuid5(message_namespace("dead-letter", "rejected", key), "entry"))
         _, dead_letter = await self._keep(raw, reason, key=key, message=message, replay=replay,
                                           entry_id=entry_id)
         return Processed(Outcome.REJECT,
                          build_acks(message, Outcome.REJECT, problems, safe=False),
-                         problems, message.control_id, _kind(message),
+                         problems, message.control_id, kind_of(message),
                          dead_letter_id=dead_letter)
 
     async def _unparseable(self, raw: bytes, exc: HL7ParseError, replay: bool) -> Processed:
@@ -466,7 +462,7 @@ class HL7Gateway:
             "id": entry_id, "event_id": event_id, "topic": FAILED_TOPIC,
             "original_payload": orjson.dumps(event).decode(), "error": error,
             "created_at": created, "raw_message": text, "idempotency_key": key,
-            "message_type": _kind(message) if message is not None else None,
+            "message_type": kind_of(message) if message is not None else None,
             "control_id": message.control_id if message is not None else None,
         }
         async with self.store.unit_of_work() as uow:
@@ -503,7 +499,8 @@ class HL7Gateway:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _kind(message: Message) -> str:
+def kind_of(message: Message) -> str:
+    """MSH-9.1^MSH-9.2, as the records and logs name the message."""
     return "^".join(p for p in (message.message_type, message.trigger_event) if p)
 
 
@@ -526,7 +523,7 @@ def _record_of(key: str, message: Message, processed: Processed, received: datet
     msh = message.msh
     return {
         "id": key, "sending_application": msh.raw_field(3), "sending_facility": msh.raw_field(4),
-        "control_id": message.control_id, "message_type": _kind(message),
+        "control_id": message.control_id, "message_type": kind_of(message),
         "outcome": processed.outcome.value, "acks": processed.acks,
         "errors": [{"code": e.code, "severity": e.severity.value, "message": e.message,
                     "segment": e.segment, "sequence": e.sequence, "field": e.field}
@@ -584,7 +581,7 @@ def _result_payload(message: Message, mapped: MappedMessage, report: JSON, full_
         "critical": bool(flags & _CRITICAL),
         "filler_order_number": by_type.get("FILL"),
         "placer_order_number": by_type.get("PLAC"),
-        "message": {"control_id": message.control_id, "type": _kind(message),
+        "message": {"control_id": message.control_id, "type": kind_of(message),
                     "sending_application": message.msh.component(3, 1),
                     "sending_facility": message.msh.component(4, 1)},
     }

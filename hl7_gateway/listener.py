@@ -1,4 +1,5 @@
-"""The MLLP listener of the gateway: an `MLLPServer` whose handler is `HL7Gateway`.
+"""The MLLP listener of the gateway: an `MLLPServer` whose handler is `HL7Gateway` (one
+frame, a message or a batch file, answered as ``hl7_gateway.intake`` describes).
 
 TLS uses the same certificate and key files as HTTPS; without them the listener speaks
 plain MLLP (which has no encryption of its own, so keep it on a trusted network).
@@ -6,10 +7,12 @@ plain MLLP (which has no encryption of its own, so keep it on a trusted network)
 
 from __future__ import annotations
 
+import functools
 import ssl
 from pathlib import Path
 
 from hl7_gateway.gateway import HL7Gateway
+from hl7_gateway.intake import mllp_handler
 from hl7_gateway.mllp import DEFAULT_MAX_MESSAGE_BYTES, MLLPServer
 
 __all__ = ["server_tls_context", "start_listener"]
@@ -28,7 +31,7 @@ async def start_listener(gateway: HL7Gateway, host: str, port: int, *,
                          max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                          idle_timeout: float | None = 300.0) -> MLLPServer:
     """Start accepting MLLP connections; the caller closes the returned server."""
-    server = MLLPServer(gateway.handle_mllp, host, port, ssl=tls,
+    server = MLLPServer(functools.partial(mllp_handler, gateway), host, port, ssl=tls,
                         max_message_bytes=max_message_bytes, idle_timeout=idle_timeout)
     await server.start()
     return server

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hl7_gateway.batch import parse_batch
+from hl7_gateway.batch import is_batch, parse_batch, strip_comment_lines
 from hl7_gateway.mllp import MLLPClient, MLLPError
 from hl7_gateway.parser import HL7ParseError, encode_message, parse, read_msh_leniently
 
@@ -71,18 +71,10 @@ class Sent:
         return [t for t in texts if t]
 
 
-def _strip_comments(raw: bytes) -> bytes:
-    lines = raw.split(b"\n")
-    while lines and lines[0].lstrip(b"\xef\xbb\xbf").startswith(b"#"):
-        lines.pop(0)
-    return b"\n".join(lines)
-
-
 def messages_in(raw: bytes) -> list[bytes]:
     """The messages a file holds: itself, or its messages when it is a batch or several."""
-    raw = _strip_comments(raw)
-    head = raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:3]
-    if head not in {b"FHS", b"BHS"} and raw.count(b"MSH") <= 1:
+    raw = strip_comment_lines(raw)
+    if not is_batch(raw) and raw.count(b"MSH") <= 1:
         return [raw]
     try:
         batch = parse_batch(raw)

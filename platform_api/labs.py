@@ -2,9 +2,10 @@
 
 Routes and what they map to:
 
-- ``POST /api/lab/hl7-ingest``: one v2 message (body ``x-application/hl7-v2+er7`` or
-  ``text/plain``, or JSON ``{"message": "..."}``) through the same gateway as MLLP
-  (``hl7_gateway.gateway``); the envelope's data holds the ACK(s). The HTTP status says the
+- ``POST /api/lab/hl7-ingest``: one v2 message or a batch file (FHS/BHS ... BTS/FTS; body
+  ``x-application/hl7-v2+er7`` or ``text/plain``, or JSON ``{"message": "..."}``) through
+  the same intake as MLLP (``hl7_gateway.intake``); the envelope's data holds the ACK(s),
+  for a batch the acknowledgement batch and each message's outcome. The HTTP status says the
   request reached the gateway; the ACK says what became of the message, exactly as on
   MLLP (an AE or AR is still a 200 carrying that ACK). Who may ingest: API keys (scope
   ``lab:write``), platform administrators and members whose role writes lab results
@@ -60,6 +61,7 @@ from pydantic import BaseModel, Field, ValidationError
 from fhir_server.access import CREATE, may_touch_type
 from fhir_server.clock import now_instant
 from hl7_gateway.gateway import FAILED_TOPIC, HL7Gateway
+from hl7_gateway.intake import receive
 from hl7_gateway.listener import server_tls_context, start_listener
 from hl7_gateway.mllp import MLLPServer
 from hl7_gateway.parser import encode_message
@@ -143,7 +145,7 @@ async def start_hl7(services: Services) -> MLLPServer | None:
 
 
 class IngestRequest(BaseModel):
-    message: str = Field(min_length=1, description="One HL7 v2 message (ER7 text)")
+    message: str = Field(min_length=1, description="One HL7 v2 message or batch file (ER7)")
 
 
 class IngestError(BaseModel):
@@ -165,6 +167,17 @@ class IngestView(BaseModel):
     resources: list[str] = Field(description="FHIR resources written or referenced")
     dead_letter_id: str | None = None
     errors: list[IngestError]
+
+
+class BatchIngestView(BaseModel):
+    batch: Literal[True] = True
+    outcome: str = Field(description="The worst of its messages': accept | error | reject")
+    ack: str = Field(description="The acknowledgement batch (FHS/BHS, every message's ACKs, "
+                     "BTS/FTS; ER7, CR-separated)")
+    control_id: str = Field(description="FHS-11 (else BHS-11) of the batch received")
+    messages: list[IngestView] = Field(description="Each message's outcome, in order")
+    errors: list[IngestError] = Field(description="The batch's own: trailer counts that "
+                                      "disagree with what arrived refuse it whole")
 
 
 class ObservationView(BaseModel):
@@ -434,15 +447,15 @@ _INGEST_BODY = {"requestBody": {"required": True, "content": {
 }}}
 
 
-@router.post("/api/lab/hl7-ingest", response_model=Envelope[IngestView],
-             summary="Ingest one HL7 v2 message; the data holds its ACK",
+@router.post("/api/lab/hl7-ingest", response_model=Envelope[IngestView | BatchIngestView],
+             summary="Ingest one HL7 v2 message or batch file; the data holds its ACK(s)",
              openapi_extra=_INGEST_BODY)
 async def ingest(request: Request, ctx: ApiContext = Depends(api_context)) -> Any:
     if not _may_ingest(ctx):
         raise forbidden("Only labs, clinicians' organizations and administrators may send HL7")
     raw = await _message_bytes(request)
-    processed = await hl7_gateway(ctx.services).process(raw)
-    return ok(processed.to_json())
+    received = await receive(hl7_gateway(ctx.services), raw)
+    return ok(received.to_json())
 
 
 def _coding(concept: JSON | None) -> JSON:

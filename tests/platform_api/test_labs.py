@@ -3,6 +3,7 @@ MLLP listener the app starts."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +314,52 @@ def _write(directory: Path, message: bytes) -> Path:
     path = directory / "message.hl7"
     path.write_bytes(message)
     return path
+
+
+# --- batch files and the README's example ------------------------------------------------------
+
+
+async def test_a_batch_file_over_http_is_answered_with_an_acknowledgement_batch(
+        client, admin) -> None:
+    from tests.hl7_gateway.test_intake import batch_file, result
+    sent = batch_file(result("HB-1", "555444460", "2045813", "182"),
+                      result("HB-2", "555444461", "2045814", "95"))
+    data = await ingest(client, admin["headers"], sent.encode())
+    assert (data["batch"], data["outcome"], data["control_id"]) == (True, "accept",
+                                                                    "FILE-0215-01")
+    assert [(m["control_id"], m["ack_code"]) for m in data["messages"]] == [
+        ("HB-1", "AA"), ("HB-2", "AA")]
+    lines = data["ack"].rstrip("\r").split("\r")
+    assert [line[:3] for line in lines] == ["FHS", "BHS", "MSH", "MSA", "MSH", "MSA", "BTS",
+                                            "FTS"]
+    assert lines[0].endswith("|FILE-0215-01") and lines[1].endswith("|BATCH-0215-01")
+    assert lines[6].startswith("BTS|2|") and lines[7].startswith("FTS|1|")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_the_readme_http_ingest_example_runs_as_written(client) -> None:
+    """The README's curl line: its file exists, and posted with its Content-Type by the
+    tour's user (a doctor who created an organization) it is stored (comment lines and
+    all: the shared samples start with their provenance)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## HL7v2 gateway"):]
+    example = section[:section.index("```\n", section.index("```sh") + 5)]
+    media = re.search(r"-H 'Content-Type: ([^']+)'", example)
+    path = re.search(r"--data-binary @(\S+)", example)
+    assert media is not None and path is not None, example
+    body = (ROOT / path.group(1)).read_bytes()
+    assert body.startswith(b"#")  # the sample's provenance notes come first
+    doctor = await register_and_login(client, first_name="Wanjiru", last_name="Kamau",
+                                      role="DOCTOR")
+    org = await client.post("/api/organizations", headers=doctor["headers"],
+                            json={"name": "Kibera Community Clinic", "type": "clinic",
+                                  "country": "KE"})
+    assert org.status_code == 201, org.text
+    response = await client.post("/api/lab/hl7-ingest", content=body, headers={
+        **doctor["headers"], "Content-Type": media.group(1)})
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert (data["outcome"], data["ack_code"], data["dead_letter_id"]) == ("accept", "CA", None)
+    assert any(r.startswith("DiagnosticReport/") for r in data["resources"])
