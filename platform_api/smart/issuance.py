@@ -6,7 +6,9 @@ need_patient_banner, fhir_user, access}``. Its access tokens carry the family as
 ``sid``, so revoking the family (a reused code, a reused refresh token, RFC 7009
 revocation, the user's suspension or password reset) refuses every token it issued.
 ``access`` is ``offline`` or ``online`` when such a scope was granted: a refresh token
-then comes with each answer, rotated on every use (reuse revokes the family); offline
+then comes with each answer (a refresh asking for a subset without that scope gets none,
+RFC 6749 section 6, and keeps the one it presented), rotated on every use (reuse revokes
+the family); offline
 ones last ``HEALTHPLATFORM_SMART_OFFLINE_ACCESS_TTL_SECONDS`` from their last use,
 online ones end ``HEALTHPLATFORM_SMART_ONLINE_ACCESS_TTL_SECONDS`` after the user
 authorized (the length of a working session).
@@ -27,7 +29,6 @@ from typing import Any
 
 from fhir_server.smart_scopes import ScopeSet
 from platform_api.auth import users
-from platform_api.auth.refresh import FAMILIES
 from platform_api.auth.tokens import SmartClaims, parse_rfc3339
 from platform_api.smart.oauth import STYLE_PATH, OAuthError, Urls
 from platform_api.smart.server import SmartServer
@@ -52,22 +53,25 @@ def refresh_ttl(server: SmartServer, family: JSON) -> int:
 
 
 async def user_token_response(server: SmartServer, family: JSON, urls: Urls, *,
-                              refresh_token: str | None, nonce: str | None = None) -> JSON:
-    """The answer to an authorization code or refresh grant of a user's authorization."""
+                              refresh_token: str | None, nonce: str | None = None,
+                              scope: str | None = None) -> JSON:
+    """The answer to an authorization code or refresh grant of a user's authorization;
+    ``scope``: what the access token gets, when a refresh asked for less than the grant."""
     user = await server.services.store.get_document(users.COLLECTION, family["user_id"])
     if user is None or user["status"] != users.ACTIVE:
         raise OAuthError("invalid_grant", "the user who authorized this app is no longer "
                          "active")
-    scopes = ScopeSet.parse(family["scope"])
+    scope = scope or family["scope"]
+    scopes = ScopeSet.parse(scope)
     ttl = server.settings.smart_access_token_ttl_seconds
     fhir_user = family.get("fhir_user") if "fhirUser" in scopes else None
     issued = server.services.auth.issue_smart_token(
-        user["id"], SmartClaims(family["client_id"], family["scope"], family.get("patient"),
+        user["id"], SmartClaims(family["client_id"], scope, family.get("patient"),
                                 family.get("encounter"), fhir_user),
         ttl_seconds=ttl, user=user, session_id=family["id"])
     body: JSON = {"access_token": issued.token, "token_type": "Bearer",
                   "expires_in": max(0, round(issued.expires_at - time.time())),
-                  "scope": family["scope"]}
+                  "scope": scope}
     for field, value in (("patient", family.get("patient")),
                          ("encounter", family.get("encounter")),
                          ("intent", family.get("intent"))):
@@ -78,16 +82,15 @@ async def user_token_response(server: SmartServer, family: JSON, urls: Urls, *,
     if fhir_user is not None:
         body["fhirUser"] = f"{urls.fhir}/{fhir_user}"
     if "openid" in scopes:
-        body["id_token"] = id_token(server, user, family, urls, ttl, nonce)
+        body["id_token"] = id_token(server, user, family, urls, ttl, nonce, scopes)
     if refresh_token:
         body["refresh_token"] = refresh_token
     return body
 
 
 def id_token(server: SmartServer, user: JSON, family: JSON, urls: Urls, ttl: int,
-             nonce: str | None) -> str:
+             nonce: str | None, scopes: ScopeSet) -> str:
     now = int(time.time())
-    scopes = ScopeSet.parse(family["scope"])
     claims: JSON = {"iss": urls.issuer, "sub": user["id"], "aud": family["client_id"],
                     "iat": now, "exp": now + ttl,
                     "auth_time": int(parse_rfc3339(family["created_at"]))}
@@ -111,13 +114,3 @@ def backend_token_response(server: SmartServer, client: JSON, scopes: ScopeSet) 
     return {"access_token": issued.token, "token_type": "Bearer",
             "expires_in": max(0, round(issued.expires_at - time.time())),
             "scope": str(scopes)}
-
-
-async def narrow_family(server: SmartServer, family: JSON, scope: str) -> JSON:
-    """The family with its scope narrowed for good: a later refresh may not ask again
-    for what this one gave up."""
-    narrowed = {**family, "scope": scope}
-    async with server.services.store.unit_of_work() as uow:
-        uow.put_document(FAMILIES, family["id"], narrowed)
-        await uow.commit()
-    return narrowed

@@ -7,9 +7,16 @@ backend-services.md step 3): ``application/x-www-form-urlencoded`` in, JSON out 
   same ``redirect_uri``, unexpired (``HEALTHPLATFORM_SMART_CODE_TTL_SECONDS``), with the
   ``code_verifier`` whose S256 is the request's ``code_challenge`` (RFC 7636 4.6). A code
   is used once: presenting it again revokes every token it issued (RFC 6749 4.1.2);
-- ``refresh_token``: bound to the client it was issued to; ``scope``, when sent, may only
-  narrow what was granted (and stays narrowed); the token is rotated, a reused one
-  revokes the authorization (:mod:`platform_api.auth.refresh`);
+- ``refresh_token`` (RFC 6749 section 6): bound to the client it was issued to. ``scope``,
+  when sent, is any subset of what the user granted, and is what the access token gets;
+  omitted, it is the whole grant. The refresh token keeps the grant's scope ("If a new
+  refresh token is issued, the refresh token scope MUST be identical to that of the
+  refresh token included by the client"), so a later refresh may ask for the whole grant
+  again. A new refresh token comes when the subset asked for keeps ``offline_access`` or
+  ``online_access`` (the token presented is rotated; a reused one revokes the
+  authorization, :mod:`platform_api.auth.refresh`); a subset without either gets the
+  access token alone, and the token presented stays the client's to use (section 6: the
+  client discards it only when it is given a new one);
 - ``client_credentials``: a backend services client authenticated by ``private_key_jwt``
   gets the ``system/`` scopes it asked for that it registered; none grantable is
   ``invalid_scope``.
@@ -39,7 +46,6 @@ from platform_api.envelope import ApiError
 from platform_api.smart.issuance import (
     access_kind,
     backend_token_response,
-    narrow_family,
     refresh_ttl,
     user_token_response,
 )
@@ -179,21 +185,21 @@ async def _refresh(server: SmartServer, request: Request, form: dict[str, str],
     family = record.family
     if family.get("kind") != SMART_FAMILY or family.get("client_id") != client["id"]:
         raise OAuthError("invalid_grant", "this refresh token was not issued to this client")
+    granted = ScopeSet.parse(family["scope"])
+    asked = granted
     if "scope" in form:
         try:
             asked = ScopeSet.parse(form["scope"])
         except ScopeError as exc:
             raise OAuthError("invalid_scope", str(exc)) from None
-        if not asked.names or not asked.within(ScopeSet.parse(family["scope"])):
-            raise OAuthError("invalid_scope", "a refresh may only narrow the scopes granted "
-                             f"({family['scope']})")
-        if access_kind(asked) is None:
-            raise OAuthError("invalid_scope", "keep online_access or offline_access to "
-                             "go on refreshing")
-        if str(asked) != family["scope"]:
-            family = await narrow_family(server, family, str(asked))
-    successor = await tokens.rotate(record, refresh_ttl(server, family))
-    return await user_token_response(server, family, urls(request), refresh_token=successor)
+        if not asked.names or not asked.within(granted):
+            raise OAuthError("invalid_scope", "a refresh may ask for the scopes granted or "
+                             f"fewer ({family['scope']})")
+    successor = None
+    if access_kind(asked) is not None:
+        successor = await tokens.rotate(record, refresh_ttl(server, family))
+    return await user_token_response(server, family, urls(request), refresh_token=successor,
+                                     scope=str(asked) if "scope" in form else None)
 
 
 async def _client_credentials(server: SmartServer, form: dict[str, str], client: JSON

@@ -130,19 +130,23 @@ async def test_a_code_is_bound_to_its_client_redirect_uri_and_lifetime(
                               "error_description": "the authorization code expired"}
 
 
-async def test_refresh_rotates_and_may_narrow_but_never_widen_again(
+async def refresh_grant(client: httpx.AsyncClient, app: JSON, token: str,
+                        scope: str | None = None) -> httpx.Response:
+    """RFC 6749 6: grant_type=refresh_token, the refresh_token, optionally a scope; a
+    public client identifies itself with client_id (2.3, 3.2.1)."""
+    form = {"grant_type": "refresh_token", "refresh_token": token,
+            "client_id": app["client_id"]}
+    if scope is not None:
+        form["scope"] = scope
+    return await client.post("/oauth2/token", data=form)
+
+
+async def test_refresh_rotates_and_a_narrower_scope_narrows_only_that_access_token(
         client: httpx.AsyncClient, clinic: Clinic, public_app: JSON) -> None:
     first = (await exchange(client, await authorized(client, clinic, public_app),
                             public_app["client_id"])).json()
-
-    async def refresh(token: str, scope: str | None = None) -> httpx.Response:
-        form = {"grant_type": "refresh_token", "refresh_token": token,
-                "client_id": public_app["client_id"]}
-        if scope is not None:
-            form["scope"] = scope
-        return await client.post("/oauth2/token", data=form)
-
-    narrowed = await refresh(first["refresh_token"], "patient/Observation.rs offline_access")
+    narrowed = await refresh_grant(client, public_app, first["refresh_token"],
+                                   "patient/Observation.rs offline_access")
     assert narrowed.status_code == 200, narrowed.text
     body = narrowed.json()
     assert body["scope"] == "patient/Observation.rs offline_access"
@@ -151,13 +155,41 @@ async def test_refresh_rotates_and_may_narrow_but_never_widen_again(
     assert (await client.get("/fhir/Observation", headers=headers)).status_code == 200
     assert (await client.get(f"/fhir/Patient/{clinic.amina}", headers=headers)
             ).status_code == 403
-    widened = await refresh(body["refresh_token"], SCOPE)
-    assert widened.status_code == 400 and widened.json()["error"] == "invalid_scope"
-    same = await refresh(body["refresh_token"])
-    assert same.status_code == 200 and same.json()["scope"] == body["scope"]
-    reused = await refresh(first["refresh_token"])
+    # RFC 6749 6: the new refresh token's scope is identical to the one presented, and an
+    # omitted scope is "the scope originally granted by the resource owner"
+    whole = await refresh_grant(client, public_app, body["refresh_token"])
+    assert whole.status_code == 200 and whole.json()["scope"] == first["scope"]
+    beyond = await refresh_grant(client, public_app, whole.json()["refresh_token"],
+                                 first["scope"] + " patient/Condition.cruds")
+    assert beyond.status_code == 400 and beyond.json()["error"] == "invalid_scope"
+    reused = await refresh_grant(client, public_app, first["refresh_token"])
     assert reused.status_code == 400  # a rotated token used again: the session is revoked
-    assert (await refresh(same.json()["refresh_token"])).status_code == 400
+    assert (await refresh_grant(client, public_app, whole.json()["refresh_token"])
+            ).status_code == 400
+
+
+async def test_a_refresh_for_a_subset_without_offline_access_gets_an_access_token_only(
+        client: httpx.AsyncClient, clinic: Clinic, public_app: JSON) -> None:
+    """RFC 6749 6: "The requested scope MUST NOT include any scope not originally granted"
+    is the only limit; the server MAY issue a new refresh token, and the client discards
+    the old one only when it does."""
+    first = (await exchange(client, await authorized(client, clinic, public_app),
+                            public_app["client_id"])).json()
+    subset = await refresh_grant(client, public_app, first["refresh_token"],
+                                 "patient/Observation.rs")
+    assert subset.status_code == 200, subset.text
+    body = subset.json()
+    assert body["scope"] == "patient/Observation.rs"
+    assert "refresh_token" not in body and "id_token" not in body
+    assert body["token_type"] == "Bearer" and body["patient"] == clinic.amina
+    headers = bearer(body["access_token"])
+    assert (await client.get("/fhir/Observation", headers=headers)).status_code == 200
+    assert (await client.get(f"/fhir/Patient/{clinic.amina}", headers=headers)
+            ).status_code == 403
+    # no new refresh token was issued: the one presented is still the client's to use
+    again = await refresh_grant(client, public_app, first["refresh_token"])
+    assert again.status_code == 200, again.text
+    assert again.json()["scope"] == first["scope"] and "refresh_token" in again.json()
 
 
 async def test_a_refresh_token_is_bound_to_its_client_and_never_a_platform_session(
