@@ -13,7 +13,9 @@ Observation is PUT to the receiver (R4 rest-hook with a payload).
 Prints one JSON line: writes/s and write p99 without and with the subscriptions,
 notifications delivered, notifications/s (from the first write to the last receipt), and
 delivery latency p50/p99 (from sending the write to receiving its notification: an upper
-bound of commit-to-receipt).
+bound of commit-to-receipt), and how long the subscriptions took from the first create to
+all active (each rest-hook is activated once the receiver accepted its handshake; the
+bench polls the type-level ``Subscription/$status?status=requested`` until none is left).
 
 Usage: ``python bench/subscriptions.py [--writes 2000] [--subscriptions 1000]``
 """
@@ -103,6 +105,19 @@ async def write_all(client: httpx.AsyncClient, headers: dict, patients: list[str
     return time.perf_counter() - started, latencies, sent
 
 
+async def all_active(client: httpx.AsyncClient, headers: dict) -> float:
+    """When no Subscription is left waiting for its handshake (perf_counter time)."""
+    deadline = time.perf_counter() + 300
+    while time.perf_counter() < deadline:
+        waiting = await client.get("/fhir/Subscription/$status", headers=headers,
+                                   params={"status": "requested"})
+        waiting.raise_for_status()
+        if waiting.json()["total"] == 0:
+            return time.perf_counter()
+        await asyncio.sleep(0.05)
+    raise TimeoutError("subscriptions still requested after 300 s")
+
+
 async def run(args: argparse.Namespace, base: str) -> dict:
     receiver = Receiver()
     app = web.Application()
@@ -143,13 +158,15 @@ async def run(args: argparse.Namespace, base: str) -> dict:
                           for i in range(args.subscriptions // 10)),
                         *(f"Condition?code={LOINC}|C-{i}"
                           for i in range(args.subscriptions - args.subscriptions * 9 // 10))]
+            created = time.perf_counter()
             for text in criteria:
                 (await client.post("/fhir/Subscription", headers=headers, json={
                     "resourceType": "Subscription", "status": "requested", "criteria": text,
                     "reason": "bench", "channel": {"type": "rest-hook", "endpoint": endpoint,
                                                    "payload": "application/fhir+json"}})
                  ).raise_for_status()
-            await asyncio.sleep(1)  # the Subscription events reach the index
+            activation = await all_active(client, headers) - created
+            await asyncio.sleep(1)  # the last Subscription events reach the index
             receiver.count = 0
             first = time.perf_counter()
             seconds, latencies, sent = await write_all(client, headers, patients, args.writes)
@@ -174,6 +191,7 @@ async def run(args: argparse.Namespace, base: str) -> dict:
             "observations_notified": len(delivery),
             "delivery_p50_ms": round(percentile(delivery, 0.5) * 1000, 1),
             "delivery_p99_ms": round(percentile(delivery, 0.99) * 1000, 1),
+            "all_active_after_s": round(activation, 2),
         }
     finally:
         await runner.cleanup()

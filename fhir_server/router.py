@@ -67,6 +67,7 @@ from fhir_server.interactions.subscription import (
     SUBSCRIPTIONS,
     binding_token,
     subscription_status,
+    subscriptions_status,
 )
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
@@ -119,7 +120,8 @@ async def _metadata(ctx: FhirContext, request: Request) -> Response:
             base, TYPE_INTERACTIONS, SYSTEM_INTERACTIONS, registry,
             security=None if ctx.security is None else ctx.security(base),
             bulk_export=BULK_EXPORTS in ctx.extras,
-            websocket=channels.websocket_url(base) if channels is not None else None)
+            websocket=channels.websocket_url(base) if channels is not None else None,
+            subscriptions=channels.documentation if channels is not None else None)
         cache[key] = (statement, summary_statement(statement))
     return await capabilities(ctx, request, *cache[key])
 
@@ -200,6 +202,12 @@ ROUTES: tuple[FhirRoute, ...] = (
     # -- subscriptions (R5 backport operations)
     FhirRoute("GET", "/Subscription/{resource_id}/$status", "Subscription/$status: its "
               "SubscriptionStatus", subscription_status, errors=READ_ERRORS),
+    FhirRoute("GET", "/Subscription/$status", "Subscription/$status at type level: the "
+              "SubscriptionStatus of each Subscription named (id), else of every one the "
+              "caller may read (status filters)", subscriptions_status, errors=READ_ERRORS),
+    FhirRoute("POST", "/Subscription/$status", "Subscription/$status at type level, its "
+              "id and status parameters in a Parameters body", subscriptions_status,
+              body="parameters", errors=READ_ERRORS),
     FhirRoute("POST", "/Subscription/$get-ws-binding-token", "Subscription/"
               "$get-ws-binding-token: a token to bind a websocket", binding_token,
               body="parameters", returns="Parameters", errors=(400, 403, 404, 406, 501)),

@@ -177,6 +177,9 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         # Subscription operations read the Subscriptions they name
         ("GET", "/fhir/Subscription/{}/$status"): Rule(AUTHENTICATED, scope="Subscription:read",
                                                        limit="read"),
+        **{(method, "/fhir/Subscription/$status"): Rule(
+            AUTHENTICATED, scope="Subscription:read", limit="read")
+           for method in ("GET", "POST")},
         ("POST", "/fhir/Subscription/$get-ws-binding-token"): Rule(
             AUTHENTICATED, scope="Subscription:read", limit="write"),
         ("POST", "/fhir/Subscription/{}/$get-ws-binding-token"): Rule(

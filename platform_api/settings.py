@@ -369,6 +369,9 @@ class Settings(BaseSettings):
                                                        "rest-hooks post to loopback, private "
                                                        "and link-local addresses (a system "
                                                        "on the clinic's own network)")
+    subscription_skip_handshake: list[str] = Field(
+        default_factory=list, description="Endpoint URL prefixes of rest-hooks activated "
+        "without the backport's handshake (endpoints that cannot answer one); [\"*\"]: all")
 
     @cached_property
     def store_url(self) -> str:

@@ -44,7 +44,10 @@ BULK_LEVELS = {
 WEBSOCKET = "http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket"
 BACKPORT = "http://hl7.org/fhir/uv/subscriptions-backport/OperationDefinition"
 SUBSCRIPTION_OPERATIONS = [
-    {"name": "status", "definition": f"{BACKPORT}/backport-subscription-status"},
+    {"name": "status", "definition": f"{BACKPORT}/backport-subscription-status",
+     "documentation": "Type level (GET or POST [base]/Subscription/$status: id and status "
+                      "parameters, ORed; without id every Subscription the caller may read) "
+                      "and instance level ([base]/Subscription/[id]/$status)"},
     {"name": "get-ws-binding-token",
      "definition": f"{BACKPORT}/backport-subscription-get-ws-binding-token"},
 ]
@@ -108,7 +111,10 @@ def capability_statement(
     security: dict[str, Any] | None = None,
     bulk_export: bool = False,
     websocket: str | None = None,
+    subscriptions: str | None = None,
 ) -> dict[str, Any]:
+    """The statement; ``websocket`` the subscriptions' websocket URL and ``subscriptions``
+    what is offered of them (the Subscription entry's documentation), when offered."""
     resources = [_resource(registry, t, type_interactions) for t in sorted(resource_types())]
     operations: list[dict[str, str]] = [VALIDATE, {
         "name": "everything",
@@ -158,6 +164,8 @@ def capability_statement(
         for resource in resources:
             if resource["type"] == "Subscription":
                 resource["operation"] += SUBSCRIPTION_OPERATIONS
+                if subscriptions:
+                    resource["documentation"] = subscriptions
     return statement
 
 

@@ -3,6 +3,11 @@
 - ``GET [base]/Subscription/[id]/$status``: a searchset Bundle holding the subscription's
   SubscriptionStatus (a ``Parameters`` as the backport writes it in R4): its status, how
   many events it has had, how many deliveries failed and the last error.
+- ``GET`` or ``POST [base]/Subscription/$status`` (the OperationDefinition's
+  ``type = true``): one SubscriptionStatus per Subscription named by an ``id`` parameter,
+  or, without any, per Subscription the caller may read; ``status`` parameters keep those
+  in one of the statuses named. Repeated parameters (and comma-separated values) are
+  ORed, as the OperationDefinition says.
 - ``POST [base]/Subscription/$get-ws-binding-token`` (``id`` parameters) and
   ``[base]/Subscription/[id]/$get-ws-binding-token``: a short-lived token a websocket
   client presents (``bind-with-token <token>``) to receive the notifications of those
@@ -39,6 +44,38 @@ async def subscription_status(ctx: FhirContext, request: Request, resource_id: s
     status = await channels.status(subscription, base)
     return FhirResponse({"resourceType": "Bundle", "type": "searchset", "total": 1,
                          "entry": [{"resource": status, "search": {"mode": "match"}}]})
+
+
+async def subscriptions_status(ctx: FhirContext, request: Request) -> Response:
+    """``$status`` at type level (module docstring)."""
+    check_format(request)
+    channels = _channels(ctx)
+    if request.method == "POST":
+        body = await read_json_body(request) if await request.body() else {
+            "resourceType": "Parameters"}
+        pairs = parameter_values(body, "$status")
+    else:
+        pairs = list(request.query_params.multi_items())
+    ids = _values(pairs, "id")
+    statuses = _values(pairs, "status")
+    caller = ctx.caller(request)
+    if ids:
+        subscriptions = [await caller.read_json("Subscription", i) for i in ids]
+        if statuses:
+            subscriptions = [s for s in subscriptions if s.get("status") in statuses]
+    else:
+        criteria = [("status", ",".join(statuses))] if statuses else []
+        subscriptions = await caller.search("Subscription", criteria)
+    base = ctx.fhir_base(request)
+    entries = [{"resource": await channels.status(s, base), "search": {"mode": "match"}}
+               for s in subscriptions]
+    return FhirResponse({"resourceType": "Bundle", "type": "searchset",
+                         "total": len(entries), "entry": entries})
+
+
+def _values(pairs: list[tuple[str, str]], name: str) -> list[str]:
+    found = [v.strip() for k, value in pairs if k == name for v in value.split(",")]
+    return list(dict.fromkeys(v for v in found if v))
 
 
 async def binding_token(ctx: FhirContext, request: Request, resource_id: str | None = None

@@ -20,6 +20,8 @@ from typing import Any
 from fhir_server.interactions.subscription import SUBSCRIPTIONS
 from fhir_server.outcome import FhirError
 from platform_api.services import Services
+from platform_api.subscriptions import notifications
+from platform_api.subscriptions.criteria import payload_content
 from platform_api.subscriptions.delivery import Deliveries
 from platform_api.subscriptions.notifications import notification_bundle, status_parameters
 from platform_api.subscriptions.service import RELOAD_SECONDS, Subscriptions
@@ -36,9 +38,10 @@ class Channels:
 
     def __init__(self, services: Services):
         settings = services.settings
+        self.settings = settings
         self.subscriptions = Subscriptions(services)
-        base = f"{settings.base_url}/fhir" if settings.base_url else ""
-        self.deliveries = Deliveries(self.subscriptions, settings, base)
+        self.deliveries = Deliveries(self.subscriptions, settings,
+                                     notifications.fhir_base(settings))
         self.subscriptions.delivery = self.deliveries
         self.tokens = BindingTokens(settings.subscription_ws_token_seconds)
         self.reloading: asyncio.Task[None] | None = None
@@ -47,8 +50,25 @@ class Channels:
         origin = fhir_base.removesuffix("/fhir")
         return "ws" + origin.removeprefix("http") + PATH
 
+    @property
+    def documentation(self) -> str:
+        """What the CapabilityStatement says of the Subscriptions offered here."""
+        skipped = self.settings.subscription_skip_handshake
+        skip = ("" if not skipped else " Endpoints activated without a handshake: "
+                + ("all" if "*" in skipped else ", ".join(skipped)) + ".")
+        return (
+            "R4 Subscription with the notifications and operations of the Subscriptions R5 "
+            "Backport IG (1.1): criteria a search; channels rest-hook and websocket; "
+            "payload none (an empty POST), a mime type (the resource PUT to "
+            "[endpoint]/[type]/[id]) or the backport-payload-content extension (empty | "
+            "id-only | full-resource: a history notification Bundle). A rest-hook is "
+            "created requested and activated once its endpoint accepts the handshake "
+            "notification (refused: status error with the reason); a websocket gets its "
+            "handshake when bound (bind-with-token)." + skip
+            + " $status at type level (id and status parameters; without id, every "
+            "Subscription the caller may read) and instance level.")
+
     async def status(self, subscription: JSON, fhir_base: str) -> JSON:
-        self.deliveries.base_url = self.deliveries.base_url or fhir_base
         active = self.subscriptions.by_id.get(subscription["id"])
         events, errors, error = (active.events, active.errors, active.last_error) \
             if active else (0, 0, subscription.get("error"))
@@ -56,7 +76,6 @@ class Channels:
                                  error)
 
     async def binding_token(self, subscriptions: list[JSON], fhir_base: str) -> JSON:
-        self.deliveries.base_url = self.deliveries.base_url or fhir_base
         ids = [s["id"] for s in subscriptions]
         token, expires = self.tokens.issue(ids)
         return {"resourceType": "Parameters", "parameter": [
@@ -78,8 +97,9 @@ class Channels:
             active.sockets.add(socket)
             bound.append(active)
             base = self.deliveries.base_url
+            content = payload_content(active.resource) or "id-only"
             status = status_parameters(active.resource, base, "handshake", active.events,
-                                       active.errors, active.last_error)
+                                       active.errors, active.last_error, content=content)
             await socket.send_json(notification_bundle(status, base))
         if not bound:
             raise FhirError.of(404, "not-found", "None of the token's subscriptions is "
@@ -99,7 +119,7 @@ async def start(services: Services) -> Channels:
     """Index the active subscriptions, then match every resource event."""
     channels = channels_of(services)
     await channels.deliveries.start()
-    await channels.subscriptions.load()
+    await channels.subscriptions.load(handshakes=True)
     channels.reloading = asyncio.get_running_loop().create_task(
         channels.subscriptions.reload_every(RELOAD_SECONDS))
     for topic in TOPICS:

@@ -18,6 +18,14 @@ another subscription's queue.
 - **websocket**: the notification Bundle goes to each connection bound to the
   subscription (``bind-with-token``); with none bound it is not kept (the websocket
   channel is live only).
+- **the rest-hook handshake** (backport IG, channels: "After a successful handshake
+  notification has been sent and accepted, the server SHALL update the status to active.
+  Any errors in the initial handshake SHALL result in the status being changed to
+  error"): once a ``requested`` rest-hook is committed, a POST of a ``handshake``
+  notification Bundle (status ``requested``, no event) to the endpoint, with its headers
+  and the same retries; an R4 subscription without a payload gets an empty POST, as each
+  of its notifications is. A 2xx answer activates it, anything else turns it ``error``
+  (:meth:`Subscriptions.conclude_handshake`).
 
 Queues are in memory, at most ``subscription_queue_limit`` notifications a subscription
 (past it the oldest is dropped and counted as an error). A notification still queued when
@@ -32,6 +40,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +52,8 @@ from platform_api.settings import Settings
 from platform_api.subscriptions.criteria import headers_of, payload_content
 from platform_api.subscriptions.notifications import notification_bundle, status_parameters
 from platform_api.subscriptions.service import Active, Subscriptions
+
+JSON = dict[str, Any]
 
 log = logging.getLogger("healthplatform.subscriptions")
 FHIR_JSON = "application/fhir+json"
@@ -64,6 +75,7 @@ class Deliveries:
         self._queues: dict[str, deque[Notification]] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._handshakes: dict[str, asyncio.Task[None]] = {}
         self._client: aiohttp.ClientSession | None = None
         self.delivered = 0  # notifications sent (counted for the bench and the tests)
 
@@ -77,13 +89,14 @@ class Deliveries:
             skip_auto_headers=("Content-Type",))
 
     async def stop(self) -> None:
-        workers = list(self._workers.values())
+        workers = [*self._workers.values(), *self._handshakes.values()]
         for worker in workers:
             worker.cancel()
         for worker in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
         self._workers.clear()
+        self._handshakes.clear()
         if self._client is not None:
             await self._client.close()
 
@@ -127,20 +140,26 @@ class Deliveries:
         if active.channel.get("type") == "websocket":
             await self._to_sockets(notification)
             return
+        await self._settle(active, await self._with_retries(
+            functools.partial(self._post, notification)))
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[str | None]]
+                            ) -> str | None:
+        """``attempt`` until it succeeds or the attempts run out (back-off doubling);
+        the reason the last one failed, or None."""
         error: str | None = None
         delay = self.settings.subscription_retry_seconds
-        for attempt in range(self.settings.subscription_delivery_attempts):
-            if attempt:
+        for number in range(self.settings.subscription_delivery_attempts):
+            if number:
                 await asyncio.sleep(min(delay, MAX_BACKOFF))
                 delay *= 2
-            error = await self._post(notification)
+            error = await attempt()
             if error is None:
                 break
-        await self._settle(active, error)
+        return error
 
     async def _post(self, notification: Notification) -> str | None:
         """One attempt; the reason it failed, or None."""
-        assert self._client is not None
         active, stored = notification.active, notification.stored
         endpoint = str(active.channel.get("endpoint"))
         headers = headers_of(active.resource)
@@ -156,6 +175,11 @@ class Deliveries:
             headers["Content-Type"] = str(payload)
         else:
             body, method, url = b"", "POST", endpoint
+        return await self._request(method, url, body, headers)
+
+    async def _request(self, method: str, url: str, body: bytes, headers: dict[str, str]
+                       ) -> str | None:
+        assert self._client is not None
         try:
             async with self._client.request(method, url, data=body, headers=headers,
                                             allow_redirects=False) as response:
@@ -166,6 +190,40 @@ class Deliveries:
         if not 200 <= status < 300:
             return f"The endpoint answered {status}"
         return None
+
+    # -- the handshake -----------------------------------------------------------------------
+    def start_handshake(self, subscription: JSON) -> None:
+        """Send a requested rest-hook's handshake in the background (one at a time each)."""
+        subscription_id = str(subscription["id"])
+        if subscription_id in self._handshakes:
+            return
+        task = asyncio.get_running_loop().create_task(self._handshake(subscription))
+        self._handshakes[subscription_id] = task
+        task.add_done_callback(lambda _: self._handshakes.pop(subscription_id, None))
+
+    async def _handshake(self, subscription: JSON) -> None:
+        try:
+            error = await self._with_retries(
+                functools.partial(self._send_handshake, subscription))
+            await self.subscriptions.conclude_handshake(str(subscription["id"]), error)
+        except Exception:  # the next start or a client's new request tries again
+            log.exception("Subscription/%s: the handshake failed", subscription["id"])
+
+    def handshake_body(self, subscription: JSON) -> bytes:
+        """The handshake notification Bundle of ``subscription`` (still ``requested``)."""
+        content = payload_content(subscription) or "id-only"
+        status = status_parameters(subscription, self.base_url, "handshake", 0, 0, None,
+                                   content=content, status="requested")
+        return orjson.dumps(notification_bundle(status, self.base_url))
+
+    async def _send_handshake(self, subscription: JSON) -> str | None:
+        channel = subscription.get("channel") or {}
+        headers = headers_of(subscription)
+        body = b""
+        if payload_content(subscription) is not None or channel.get("payload"):
+            body = self.handshake_body(subscription)
+            headers["Content-Type"] = FHIR_JSON
+        return await self._request("POST", str(channel.get("endpoint")), body, headers)
 
     def bundle(self, notification: Notification, content: str) -> dict[str, Any]:
         active = notification.active

@@ -2,11 +2,21 @@
 
 - **Written through FHIR.** A Subscription is created, changed and deleted with the
   ordinary FHIR API (and in transactions). A write hook checks it as it is staged
-  (criteria, channel: :mod:`.criteria`), moves ``requested`` to ``active`` (R4's
-  workflow: the server activates) and records, in the same unit of work, **who** wrote it
+  (criteria, channel: :mod:`.criteria`), activates it (R4's workflow: the server
+  activates) and records, in the same unit of work, **who** wrote it
   (``subscription_owners``: the caller kept by
   :class:`~platform_api.stored_principal.PrincipalIdentity`). Notifications are filtered
   by that subscriber's access as it is now.
+- **Activated by a handshake** (backport IG, channels): a websocket Subscription is
+  ``active`` at once (its handshake is sent when a socket binds); a rest-hook one is
+  created ``requested`` (also when the client wrote ``active``) and stays so until its
+  endpoint accepted the handshake notification sent once the write is committed
+  (:meth:`.delivery.Deliveries.start_handshake`): then ``active``, or ``error`` with the
+  reason when the endpoint refused it, and then no notification goes to that endpoint
+  (unlike an ``error`` after failed deliveries, which the next successful one ends).
+  Writing ``requested`` again sends another.
+  Endpoints under a prefix of ``subscription_skip_handshake`` (``*``: all) are activated
+  without one, for endpoints that cannot answer it.
 - **Matched through the resource events**, not by polling: a consumer of
   ``platform.fhir.resource_created`` / ``_updated`` (and ``_deleted`` for Subscriptions
   themselves) keeps an index of the active subscriptions by resource type, reads the
@@ -28,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from fhir_server.access import READ, SYSTEM, Access
+from fhir_server.access import CREATE, READ, SYSTEM, Access
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
@@ -101,25 +111,56 @@ class Subscriptions:
         check_channel(resource)
         if not self.services.settings.subscription_allow_private_endpoints:
             await check_endpoint_address(resource)
-        if resource.get("status") == "requested":
+        status = resource.get("status")
+        if status == "requested" or (action == CREATE and status == "active"):
             resource = {k: v for k, v in resource.items() if k != "error"}
-            resource["status"] = "active"
+            resource["status"] = "requested" if self.needs_handshake(resource) else "active"
         unit.put_document(OWNERS, resource["id"], {
             "id": resource["id"], "owner": self.identity.owner(access),
             "identity": self.identity.dump(access)})
         return resource
 
+    def needs_handshake(self, subscription: JSON) -> bool:
+        """Whether activating ``subscription`` waits for its endpoint's handshake."""
+        channel = subscription.get("channel") or {}
+        if channel.get("type") != "rest-hook":
+            return False
+        endpoint = str(channel.get("endpoint") or "")
+        return not any(prefix == "*" or endpoint.startswith(prefix)
+                       for prefix in self.services.settings.subscription_skip_handshake)
+
+    async def conclude_handshake(self, subscription_id: str, error: str | None) -> None:
+        """The handshake's outcome: ``active``, or ``error`` with why (unless the
+        Subscription changed meanwhile: turned off, deleted, given another endpoint)."""
+        if error is not None:
+            error = f"The handshake was not accepted: {error}"
+            log.warning("Subscription/%s: %s", subscription_id, error)
+        # Kept before the status is written, so the index never takes an unverified
+        # endpoint for one in error after deliveries (which may recover by themselves).
+        async with self.services.store.unit_of_work() as uow:
+            kept = await self.services.store.get_document(STATUS, subscription_id) or {}
+            uow.put_document(STATUS, subscription_id, {**kept, "id": subscription_id,
+                                                       "handshake_failed": error is not None})
+            await uow.commit()
+        await self._write_state(subscription_id, "active" if error is None else "error",
+                                error, only_from="requested")
+
     # -- the index of active subscriptions -------------------------------------------------
-    async def load(self) -> int:
+    async def load(self, *, handshakes: bool = False) -> int:
         """Index every active (or failing) subscription; how many. At start, and every
         ``RELOAD_SECONDS``: with several processes on NATS, each consumes only a share of
-        the Subscription events, so each re-reads the others' changes this way."""
+        the Subscription events, so each re-reads the others' changes this way. With
+        ``handshakes`` (at start) the handshakes of ``requested`` rest-hooks are sent
+        again: one under way when the process stopped never concluded."""
         system = CallerFhir(self.fhir, SYSTEM)
         found = await system.search("Subscription", [("status", "active,error")])
         for subscription in found:
             await self.refresh(subscription["id"], subscription)
         for gone in set(self.by_id) - {s["id"] for s in found}:
             self._forget(gone)
+        if handshakes:
+            for pending in await system.search("Subscription", [("status", "requested")]):
+                await self.refresh(pending["id"], pending)
         return len(self.by_id)
 
     async def reload_every(self, seconds: float) -> None:
@@ -136,6 +177,9 @@ class Subscriptions:
             subscription = await CallerFhir(self.fhir, SYSTEM).find_json(
                 "Subscription", subscription_id)
         known = self.by_id.get(subscription_id)
+        if subscription is not None and subscription.get("status") == "requested" and \
+                self.needs_handshake(subscription) and self.delivery is not None:
+            self.delivery.start_handshake(subscription)
         if subscription is None or subscription.get("status") not in ("active", "error"):
             self._forget(subscription_id)
             if subscription is None:  # deleted: what was kept of it goes too
@@ -153,6 +197,9 @@ class Subscriptions:
             return
         owner = await self.services.store.get_document(OWNERS, subscription_id)
         status = await self.services.store.get_document(STATUS, subscription_id) or {}
+        if subscription.get("status") == "error" and status.get("handshake_failed"):
+            self._forget(subscription_id)  # never verified: nothing goes to that endpoint
+            return
         active = Active(subscription, criteria, owner and owner.get("identity"),
                         status.get("events", 0), status.get("errors", 0),
                         status.get("last_error"))
@@ -259,10 +306,19 @@ class Subscriptions:
     async def set_state(self, active: Active, status: str, error: str | None) -> None:
         """The Subscription's own status (``active`` / ``error``) and ``error`` text,
         written by the platform so it is versioned and read like any change."""
+        current = await self._write_state(active.id, status, error)
+        if current is not None:
+            active.resource = current
+
+    async def _write_state(self, subscription_id: str, status: str, error: str | None, *,
+                           only_from: str | None = None) -> JSON | None:
+        """Write the status (and error) as the platform; the new resource, or None when
+        there was nothing to change (or it is no longer in ``only_from``)."""
         system = CallerFhir(self.fhir, SYSTEM)
-        current = await system.find_json("Subscription", active.id)
-        if current is None or current.get("status") == status:
-            return
+        current = await system.find_json("Subscription", subscription_id)
+        if current is None or current.get("status") == status or (
+                only_from is not None and current.get("status") != only_from):
+            return None
         current["status"] = status
         current.pop("error", None)
         if error:
@@ -270,5 +326,5 @@ class Subscriptions:
         async with system.unit() as unit:
             await unit.update(current)
             await unit.commit()
-        active.resource = current
+        return current
 

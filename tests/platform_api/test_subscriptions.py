@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -29,13 +30,16 @@ LOINC = "http://loinc.org"
 GLUCOSE = f"Observation?code={LOINC}|2339-0"
 BACKPORT = ("http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/"
             "backport-payload-content")
+NOWHERE = "https://lab.example.org"  # never reached: its rest-hooks skip the handshake
 
 
 class Receiver:
-    """An integration's endpoint: records each request; can fail or hold requests."""
+    """An integration's endpoint: records each request; can fail or hold requests.
+    ``handshakes``: what came before the subscription it was for went active."""
 
     def __init__(self) -> None:
         self.received: list[JSON] = []
+        self.handshakes: list[JSON] = []
         self.fail_next = 0
         self.hold: asyncio.Event | None = None
         self.holding = 0
@@ -64,10 +68,12 @@ class Receiver:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Any:
-    # the receiver stands on loopback: allowed here, refused by default (see below)
+    # the receiver stands on loopback: allowed here, refused by default (see below); the
+    # documentation-only endpoints of some tests are never posted to, not even a handshake
     return make_settings(tmp_path, subscription_retry_seconds=0.05,
                          subscription_delivery_attempts=2,
-                         subscription_allow_private_endpoints=True)
+                         subscription_allow_private_endpoints=True,
+                         subscription_skip_handshake=[NOWHERE])
 
 
 @pytest.fixture
@@ -85,11 +91,32 @@ async def clinic(app: Any, client: httpx.AsyncClient) -> Clinic:
 
 
 async def subscribe(client: httpx.AsyncClient, headers: dict[str, str], endpoint: str,
-                    criteria: str = GLUCOSE, **channel: Any) -> httpx.Response:
-    return await client.post("/fhir/Subscription", headers=headers, json={
+                    criteria: str = GLUCOSE, found: Receiver | None = None, **channel: Any
+                    ) -> httpx.Response:
+    """Create a rest-hook Subscription; with ``found`` (its endpoint's receiver), wait
+    until its handshake activated it and set the handshake apart from the notifications."""
+    response = await client.post("/fhir/Subscription", headers=headers, json={
         "resourceType": "Subscription", "status": "requested", "criteria": criteria,
         "reason": "Glucose results for the diabetes clinic's follow-up system",
         "channel": {"type": "rest-hook", "endpoint": endpoint, **channel}})
+    if found is not None and response.status_code == 201:
+        await until_status(client, headers, response.json()["id"], "active")
+        path = urlsplit(endpoint).path
+        found.handshakes += [r for r in found.received if r["path"] == path]
+        found.received = [r for r in found.received if r["path"] != path]
+    return response
+
+
+async def until_status(client: httpx.AsyncClient, headers: dict[str, str],
+                       subscription_id: str, status: str) -> JSON:
+    deadline = time.monotonic() + 20
+    while True:
+        current = (await client.get(f"/fhir/Subscription/{subscription_id}",
+                                    headers=headers)).json()
+        if current["status"] == status:
+            return current  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, current
+        await asyncio.sleep(0.02)
 
 
 async def glucose(client: httpx.AsyncClient, headers: dict[str, str], patient: str) -> str:
@@ -108,9 +135,11 @@ async def test_a_rest_hook_is_activated_and_gets_each_matching_resource_put_to_i
     found, url = receiver
     headers = clinic.admin["headers"]
     created = await subscribe(client, headers, f"{url}/fhir", payload="application/fhir+json",
-                              header=["Authorization: Bearer lab-sync-secret"])
+                              header=["Authorization: Bearer lab-sync-secret"], found=found)
     assert created.status_code == 201, created.text
-    assert created.json()["status"] == "active"
+    assert created.json()["status"] == "requested"  # active once the handshake is accepted
+    assert [h["headers"]["Authorization"] for h in found.handshakes] == [
+        "Bearer lab-sync-secret"]
 
     await heart_rate(client, headers, clinic.amina)  # does not match
     observation_id = await glucose(client, headers, clinic.amina)
@@ -124,7 +153,8 @@ async def test_a_rest_hook_is_activated_and_gets_each_matching_resource_put_to_i
 async def test_without_a_payload_the_notification_is_an_empty_post(
         client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
     found, url = receiver
-    assert (await subscribe(client, clinic.admin["headers"], f"{url}/hook")).status_code == 201
+    assert (await subscribe(client, clinic.admin["headers"], f"{url}/hook", found=found)
+            ).status_code == 201
     await glucose(client, clinic.admin["headers"], clinic.baraka)
     [delivered] = await found.wait_for(1)
     assert (delivered["method"], delivered["path"], delivered["body"]) == ("POST", "/hook", b"")
@@ -136,7 +166,8 @@ async def test_a_backport_subscription_gets_notification_bundles_numbered_in_ord
     headers = clinic.admin["headers"]
     created = await subscribe(client, headers, f"{url}/notify", payload="application/fhir+json",
                               _payload={"extension": [{"url": BACKPORT,
-                                                       "valueCode": "full-resource"}]})
+                                                       "valueCode": "full-resource"}]},
+                              found=found)
     assert created.status_code == 201, created.text
     first = await glucose(client, headers, clinic.amina)
     second = await glucose(client, headers, clinic.baraka)
@@ -182,8 +213,8 @@ async def test_notifications_carry_only_what_the_subscriber_may_read(
     theirs = await client.post("/fhir/Patient", headers=other["headers"], json={
         "resourceType": "Patient", "name": [{"family": "Wafula", "given": ["Juma"]}]})
     assert (await subscribe(client, other["headers"], f"{url}/mathare",
-                            criteria="Observation?", payload="application/fhir+json")
-            ).status_code == 201
+                            criteria="Observation?", payload="application/fhir+json",
+                            found=found)).status_code == 201
     await glucose(client, clinic.admin["headers"], clinic.amina)  # not theirs to read
     own = await glucose(client, other["headers"], theirs.json()["id"])
     [delivered] = await found.wait_for(1)
@@ -194,7 +225,7 @@ async def test_notifications_carry_only_what_the_subscriber_may_read(
 
 async def test_roles_allowed_and_refused_to_subscribe(
         app: Any, client: httpx.AsyncClient, clinic: Clinic) -> None:
-    endpoint = "https://lab.example.org/hook"
+    endpoint = f"{NOWHERE}/hook"
     assert (await subscribe(client, clinic.doctor["headers"], endpoint)).status_code == 201
     lab = await register_and_login(client, first_name="Faith", last_name="Njeri")
     await add_member(app, clinic.org_id, lab, "ORG:LAB")
@@ -212,7 +243,7 @@ async def test_a_failing_endpoint_turns_the_subscription_error_then_active_again
         client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
     found, url = receiver
     headers = clinic.admin["headers"]
-    created = await subscribe(client, headers, f"{url}/flaky")
+    created = await subscribe(client, headers, f"{url}/flaky", found=found)
     subscription_id = created.json()["id"]
     found.fail_next = 2  # both attempts of the first notification fail
     await glucose(client, headers, clinic.amina)
@@ -244,9 +275,9 @@ async def test_a_failing_endpoint_turns_the_subscription_error_then_active_again
 async def test_a_hanging_endpoint_never_holds_up_a_write(
         client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
     found, url = receiver
-    found.hold = asyncio.Event()
     headers = clinic.admin["headers"]
-    await subscribe(client, headers, f"{url}/slow")
+    await subscribe(client, headers, f"{url}/slow", found=found)
+    found.hold = asyncio.Event()
     await glucose(client, headers, clinic.amina)
     deadline = time.monotonic() + 20
     while not found.holding:  # the endpoint now holds the first notification
@@ -329,7 +360,7 @@ async def test_subscriptions_survive_a_restart(tmp_path: Path,
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             clinic = await make_clinic(app, c)
-            assert (await subscribe(c, clinic.admin["headers"], f"{url}/after")
+            assert (await subscribe(c, clinic.admin["headers"], f"{url}/after", found=found)
                     ).status_code == 201
     again = create_app(settings)
     async with LifespanManager(again, startup_timeout=30):
@@ -347,14 +378,15 @@ async def test_a_deleted_or_switched_off_subscription_is_told_nothing_more(
         receiver: tuple[Receiver, str]) -> None:
     found, url = receiver
     headers = clinic.admin["headers"]
-    gone = (await subscribe(client, headers, f"{url}/deleted")).json()
-    off = (await subscribe(client, headers, f"{url}/off")).json()
+    gone = (await subscribe(client, headers, f"{url}/deleted", found=found)).json()
+    off = await until_status(client, headers, (await subscribe(
+        client, headers, f"{url}/off", found=found)).json()["id"], "active")
     assert (await client.delete(f"/fhir/Subscription/{gone['id']}",
                                 headers=headers)).status_code == 200
     off["status"] = "off"
     assert (await client.put(f"/fhir/Subscription/{off['id']}", headers=headers,
                              json=off)).status_code == 200
-    await subscribe(client, headers, f"{url}/still-on")
+    await subscribe(client, headers, f"{url}/still-on", found=found)
     await glucose(client, headers, clinic.amina)
     [delivered] = await found.wait_for(1)
     assert delivered["path"] == "/still-on"
@@ -368,7 +400,8 @@ async def test_a_deleted_or_switched_off_subscription_is_told_nothing_more(
     "http://[::1]/hook", "http://localhost:9000/hook", "http://0.0.0.0/hook"])
 async def test_by_default_a_rest_hook_may_not_post_inside_the_servers_network(
         tmp_path: Path, endpoint: str) -> None:
-    app = create_app(make_settings(tmp_path))
+    # the public address below is accepted, never posted to (no handshake)
+    app = create_app(make_settings(tmp_path, subscription_skip_handshake=["*"]))
     async with LifespanManager(app, startup_timeout=30):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
@@ -380,3 +413,217 @@ async def test_by_default_a_rest_hook_may_not_post_inside_the_servers_network(
             assert public.status_code == 400  # TEST-NET-3: reserved for documentation
             outside = await subscribe(c, admin["headers"], "https://8.8.8.8/hook")
             assert outside.status_code == 201, outside.text
+
+
+# --- the Subscriptions Backport IG (1.1) for R4, request by request --------------------------
+
+
+def status_of(bundle: JSON) -> dict[str, JSON]:
+    """The SubscriptionStatus parameters of a notification Bundle, by name."""
+    first = bundle["entry"][0]["resource"]
+    assert first["resourceType"] == "Parameters"  # backport-notification-bundle-r4-1
+    return {p["name"]: p for p in first["parameter"]}
+
+
+def backport(content: str) -> JSON:
+    return {"payload": "application/fhir+json",
+            "_payload": {"extension": [{"url": BACKPORT, "valueCode": content}]}}
+
+
+async def test_a_rest_hook_is_requested_until_its_endpoint_accepts_the_handshake(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    """Channels, REST-Hook: "the server SHALL set initial status to requested ... After a
+    successful handshake notification has been sent and accepted, the server SHALL update
+    the status to active"."""
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    created = await subscribe(client, headers, f"{url}/admissions", **backport("id-only"),
+                              header=["X-Api-Key: their-key"])
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == "requested"
+    subscription_id = created.json()["id"]
+    await until_status(client, headers, subscription_id, "active")
+    [handshake] = found.received
+    assert (handshake["method"], handshake["path"]) == ("POST", "/admissions")
+    assert handshake["headers"]["Content-Type"] == "application/fhir+json"
+    assert handshake["headers"]["X-Api-Key"] == "their-key"
+    bundle = orjson.loads(handshake["body"])
+    assert (bundle["resourceType"], bundle["type"]) == ("Bundle", "history")
+    assert len(bundle["entry"]) == 1  # the status alone: no event
+    status = status_of(bundle)
+    assert status["type"]["valueCode"] == "handshake"
+    assert status["status"]["valueCode"] == "requested"
+    assert status["events-since-subscription-start"]["valueString"] == "0"
+    assert "notification-event" not in status
+    reference = status["subscription"]["valueReference"]["reference"]
+    assert reference.startswith("http") and reference.endswith(f"/Subscription/{subscription_id}")
+    assert bundle["entry"][0]["request"]["url"] == f"{reference}/$status"
+    # writing requested again asks for another handshake (a new endpoint, say)
+    current = await until_status(client, headers, subscription_id, "active")
+    current["status"] = "requested"
+    assert (await client.put(f"/fhir/Subscription/{subscription_id}", headers=headers,
+                             json=current)).status_code == 200
+    await until_status(client, headers, subscription_id, "active")
+    assert len(found.received) == 2
+
+
+async def test_an_endpoint_refusing_the_handshake_turns_the_subscription_error(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    """Channels, REST-Hook: "Any errors in the initial handshake SHALL result in the status
+    being changed to error"; nothing is sent to it meanwhile."""
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    found.fail_next = 2  # every attempt of the handshake (the settings allow two)
+    created = await subscribe(client, headers, f"{url}/refusing")
+    subscription_id = created.json()["id"]
+    failed = await until_status(client, headers, subscription_id, "error")
+    assert failed["error"] == "The handshake was not accepted: The endpoint answered 503"
+    await glucose(client, headers, clinic.amina)  # matches, but the endpoint is unverified
+    await asyncio.sleep(0.5)
+    assert found.received == []
+    # the client asks again (the endpoint is fixed): handshake, active, notifications
+    failed["status"] = "requested"
+    assert (await client.put(f"/fhir/Subscription/{subscription_id}", headers=headers,
+                             json=failed)).status_code == 200
+    active = await until_status(client, headers, subscription_id, "active")
+    assert "error" not in active
+    observation_id = await glucose(client, headers, clinic.baraka)
+    handshake, notification = await found.wait_for(2)
+    assert (handshake["method"], notification["method"]) == ("POST", "POST")
+    assert notification["body"] == b"" and observation_id  # an R4 ping
+
+
+async def test_endpoints_named_in_the_skip_setting_are_activated_without_a_handshake(
+        tmp_path: Path, receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    settings = make_settings(tmp_path, subscription_allow_private_endpoints=True,
+                             subscription_skip_handshake=[f"{url}/legacy/"])
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            admin = await make_clinic_admin(c)
+            legacy = await subscribe(c, admin["headers"], f"{url}/legacy/hook")
+            assert legacy.json()["status"] == "active"
+            other = await subscribe(c, admin["headers"], f"{url}/modern/hook")
+            assert other.json()["status"] == "requested"
+            await until_status(c, admin["headers"], other.json()["id"], "active")
+            statement = (await c.get("/fhir/metadata")).json()
+    assert [r["path"] for r in found.received] == ["/modern/hook"]
+    subscription = next(r for r in statement["rest"][0]["resource"]
+                        if r["type"] == "Subscription")
+    assert f"{url}/legacy/" in subscription["documentation"]
+
+
+async def test_notifications_are_absolute_from_the_first_without_a_configured_base_url(
+        app: Any, client: httpx.AsyncClient, clinic: Clinic,
+        receiver: tuple[Receiver, str]) -> None:
+    """R4 Bundle.entry.fullUrl is absolute; the IG's focus is a resolvable reference. No
+    $status call comes first here, and HEALTHPLATFORM_BASE_URL is not set."""
+    found, url = receiver
+    settings = app.state.services.settings
+    assert settings.base_url == ""
+    base = f"{settings.public_base_url}/fhir"
+    headers = clinic.admin["headers"]
+    created = await subscribe(client, headers, f"{url}/full", **backport("full-resource"),
+                              found=found)
+    observation_id = await glucose(client, headers, clinic.amina)
+    [delivered] = await found.wait_for(1)
+    bundle = orjson.loads(delivered["body"])
+    status = status_of(bundle)
+    assert status["subscription"]["valueReference"]["reference"] == (
+        f"{base}/Subscription/{created.json()['id']}")
+    event = {p["name"]: p for p in status["notification-event"]["part"]}
+    assert event["focus"]["valueReference"]["reference"] == (
+        f"{base}/Observation/{observation_id}")
+    assert bundle["entry"][1]["fullUrl"] == f"{base}/Observation/{observation_id}"
+    assert all(e["fullUrl"].startswith(("http://", "https://", "urn:uuid:"))
+               for e in bundle["entry"])
+    [handshake] = found.handshakes
+    handshake_status = status_of(orjson.loads(handshake["body"]))
+    assert handshake_status["subscription"]["valueReference"]["reference"].startswith(base)
+
+
+async def test_an_empty_notification_names_no_resource_and_no_topic(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    """Payloads, Empty: no focus, no entry but the status; the R4 status profile's topic
+    "SHOULD NOT be present when using empty payloads"."""
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    await subscribe(client, headers, f"{url}/empty", **backport("empty"), found=found)
+    await glucose(client, headers, clinic.amina)
+    [delivered] = await found.wait_for(1)
+    bundle = orjson.loads(delivered["body"])
+    assert len(bundle["entry"]) == 1
+    status = status_of(bundle)
+    assert "topic" not in status
+    assert status["type"]["valueCode"] == "event-notification"
+    event = {p["name"]: p for p in status["notification-event"]["part"]}
+    assert set(event) == {"event-number", "timestamp"}
+    assert "topic" not in status_of(orjson.loads(found.handshakes[0]["body"]))
+    # id-only still carries it (MAY), full-resource SHOULD
+    await subscribe(client, headers, f"{url}/ids", **backport("id-only"), found=found)
+    await glucose(client, headers, clinic.baraka)
+    ids = next(d for d in await found.wait_for(3) if d["path"] == "/ids")
+    assert status_of(orjson.loads(ids["body"]))["topic"]["valueCanonical"] == GLUCOSE
+
+
+async def test_status_at_type_level_lists_the_callers_subscriptions(
+        client: httpx.AsyncClient, clinic: Clinic, receiver: tuple[Receiver, str]) -> None:
+    """OperationDefinition backport-subscription-status: type = true; "In the absence of any
+    specified ids, the server returns the status for all Subscriptions available to the
+    caller"; ids and statuses are ORed; the answer is a searchset Bundle."""
+    found, url = receiver
+    headers = clinic.admin["headers"]
+    first = (await subscribe(client, headers, f"{url}/one", found=found)).json()["id"]
+    second = (await subscribe(client, headers, f"{url}/two", found=found)).json()["id"]
+    off = await until_status(client, headers, second, "active")
+    off["status"] = "off"
+    assert (await client.put(f"/fhir/Subscription/{second}", headers=headers,
+                             json=off)).status_code == 200
+    other = await make_clinic_admin(client, name="Mathare North Clinic",
+                                    first_name="Achieng", last_name="Otieno")
+    theirs = (await subscribe(client, other["headers"], f"{url}/theirs", found=found)
+              ).json()["id"]
+
+    def statuses(response: httpx.Response) -> dict[str, str]:
+        assert response.status_code == 200, response.text
+        bundle = response.json()
+        assert (bundle["type"], bundle["total"]) == ("searchset", len(bundle["entry"]))
+        found_: dict[str, str] = {}
+        for entry in bundle["entry"]:
+            status = {p["name"]: p for p in entry["resource"]["parameter"]}
+            reference = status["subscription"]["valueReference"]["reference"]
+            found_[reference.rsplit("/", 1)[1]] = status["status"]["valueCode"]
+        return found_
+
+    everything = statuses(await client.get("/fhir/Subscription/$status", headers=headers))
+    assert everything == {first: "active", second: "off"}  # never the other clinic's
+    assert statuses(await client.get("/fhir/Subscription/$status?status=active",
+                                     headers=headers)) == {first: "active"}
+    assert statuses(await client.get(f"/fhir/Subscription/$status?id={first}&id={second}"
+                                     "&status=off", headers=headers)) == {second: "off"}
+    posted = await client.post("/fhir/Subscription/$status", headers=headers, json={
+        "resourceType": "Parameters", "parameter": [{"name": "id", "valueId": first}]})
+    assert statuses(posted) == {first: "active"}
+    assert statuses(await client.get("/fhir/Subscription/$status",
+                                      headers=other["headers"])) == {theirs: "active"}
+    naming_theirs = await client.get(f"/fhir/Subscription/$status?id={theirs}",
+                                     headers=headers)
+    assert naming_theirs.status_code in (403, 404)
+    assert naming_theirs.json()["resourceType"] == "OperationOutcome"
+    # a user of no organization may not read Subscriptions: refused, as their search is
+    stranger = await register_and_login(client, first_name="Mercy", last_name="Wambui")
+    refused = await client.get("/fhir/Subscription/$status", headers=stranger["headers"])
+    assert refused.status_code == 403 and refused.json()["resourceType"] == "OperationOutcome"
+    assert (await client.get("/fhir/Subscription/$status")).status_code == 401
+
+
+async def test_the_capability_statement_lists_type_level_status_and_the_handshake(
+        client: httpx.AsyncClient) -> None:
+    rest = (await client.get("/fhir/metadata")).json()["rest"][0]
+    subscription = next(r for r in rest["resource"] if r["type"] == "Subscription")
+    status = next(o for o in subscription["operation"] if o["name"] == "status")
+    assert status["definition"].endswith("/backport-subscription-status")
+    assert "Type level" in status["documentation"]
+    assert "handshake" in subscription["documentation"]
