@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from fhir_server.access import SYSTEM
+from fhir_server.access import Access
 from fhir_server.outcome import FhirError
 from fhir_server.service import FhirService
 from fhir_server.store import ConditionChanged, ResourceStore, Staging, VersionConflict
@@ -130,14 +130,16 @@ class SystemTransactions:
     by an authorized caller); what a message stores belongs to the organizations that own
     the patient it is about (``fhir_server.ownership``)."""
 
-    def __init__(self, service: FhirService):
-        self.service, self.store = service, service.store
+    def __init__(self, service: FhirService, access: Access):
+        # ``access``: the system's, handed over by the platform's access policy (its one
+        # named elevation: the gateway imports no system rights of its own).
+        self.service, self.store, self.access = service, service.store, access
 
     async def transaction(self, bundle: JSON, *, base_url: str = "",
                           prefer: str | None = None,
                           on_commit: Callable[[Staging, Sequence[str]], None] | None = None
                           ) -> JSON:
-        return await process_bundle(self.service, bundle, access=SYSTEM, base_url=base_url,
+        return await process_bundle(self.service, bundle, access=self.access, base_url=base_url,
                                     prefer=prefer, on_commit=on_commit)
 
     async def search(self, resource_type: str, params: list[tuple[str, str]]) -> list[JSON]:
@@ -237,11 +239,15 @@ def build_acks(message: Message, outcome: Outcome, errors: Sequence[ErrorDetail]
 class HL7Gateway:
     """Turns v2 messages into committed FHIR transactions and answers with ACKs."""
 
-    def __init__(self, fhir: FhirService | FhirTransactions, *, default_tz: tzinfo = UTC,
-                 policy: HeaderPolicy | None = None,
+    def __init__(self, fhir: FhirService | FhirTransactions, *, access: Access | None = None,
+                 default_tz: tzinfo = UTC, policy: HeaderPolicy | None = None,
                  max_segments: int = DEFAULT_MAX_SEGMENTS) -> None:
-        self.fhir: FhirTransactions = SystemTransactions(fhir) if isinstance(
-            fhir, FhirService) else fhir
+        if isinstance(fhir, FhirService):
+            if access is None:
+                raise TypeError("the gateway writes with the access it is given (the "
+                                "platform's elevation for its interfaces)")
+            fhir = SystemTransactions(fhir, access)
+        self.fhir: FhirTransactions = fhir
         self.store: ResourceStore = fhir.store
         self.default_tz = default_tz
         self.policy = policy or HeaderPolicy(message_types=SUPPORTED_MESSAGES)

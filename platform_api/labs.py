@@ -114,7 +114,9 @@ def hl7_gateway(services: Services) -> HL7Gateway:
     gateway = services.extras.get(GATEWAY)
     if gateway is None:
         zone = ZoneInfo(services.settings.hl7_default_timezone or "UTC")
-        gateway = HL7Gateway(services.fhir, default_tz=zone,
+        access = services.policy.elevated_access(
+            "hl7 gateway: store what the lab and clinical interfaces send")
+        gateway = HL7Gateway(services.fhir, access=access, default_tz=zone,
                              max_segments=services.settings.hl7_max_segments)
         services.extras[GATEWAY] = gateway
     return gateway  # type: ignore[no-any-return]

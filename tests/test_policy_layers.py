@@ -55,6 +55,9 @@ ELEVATIONS: dict[str, set[str]] = {
         "doctor.edit-profile: the doctor's Practitioner, its roles' specialties and the "
         "VerificationResult a resubmission reopens",
         "doctor.leave-organization: delete the doctor's PractitionerRole at the organization"},
+    "platform_api/labs.py": {"hl7 gateway: store what the lab and clinical interfaces send"},
+    "platform_api/subscriptions/service.py": {
+        "subscriptions: index the active Subscriptions and write their status"},
     "platform_api/organizations/admissions.py": {
         "admission: the occupancy status of the beds (Location) the stay takes and leaves"},
     "platform_api/organizations/messaging.py": {

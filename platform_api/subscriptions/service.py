@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from fhir_server.access import CREATE, READ, SYSTEM, Access
+from fhir_server.access import CREATE, READ, Access
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
@@ -93,6 +93,10 @@ class Subscriptions:
     def __init__(self, services: Services):
         self.services = services
         self.fhir = services.fhir
+        # The platform's own rights, for the index of active subscriptions and their
+        # status: what a delivery sends is filtered by each subscriber's access.
+        self.system = services.policy.elevate(
+            "subscriptions: index the active Subscriptions and write their status")
         self.identity = PrincipalIdentity(services)
         self.by_type: dict[str, dict[str, Active]] = {}
         self.by_id: dict[str, Active] = {}
@@ -152,7 +156,7 @@ class Subscriptions:
         the Subscription events, so each re-reads the others' changes this way. With
         ``handshakes`` (at start) the handshakes of ``requested`` rest-hooks are sent
         again: one under way when the process stopped never concluded."""
-        system = CallerFhir(self.fhir, SYSTEM)
+        system = self.system
         found = await system.search("Subscription", [("status", "active,error")])
         for subscription in found:
             await self.refresh(subscription["id"], subscription)
@@ -174,7 +178,7 @@ class Subscriptions:
     async def refresh(self, subscription_id: str, subscription: JSON | None = None) -> None:
         """Index (or forget) one subscription as it now stands in the store."""
         if subscription is None:
-            subscription = await CallerFhir(self.fhir, SYSTEM).find_json(
+            subscription = await self.system.find_json(
                 "Subscription", subscription_id)
         known = self.by_id.get(subscription_id)
         if subscription is not None and subscription.get("status") == "requested" and \
@@ -314,7 +318,7 @@ class Subscriptions:
                            only_from: str | None = None) -> JSON | None:
         """Write the status (and error) as the platform; the new resource, or None when
         there was nothing to change (or it is no longer in ``only_from``)."""
-        system = CallerFhir(self.fhir, SYSTEM)
+        system = self.system
         current = await system.find_json("Subscription", subscription_id)
         if current is None or current.get("status") == status or (
                 only_from is not None and current.get("status") != only_from):

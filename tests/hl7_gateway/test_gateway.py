@@ -45,7 +45,7 @@ async def fhir(tmp_path: Path) -> AsyncIterator[FhirService]:
 
 @pytest.fixture
 def gateway(fhir: FhirService) -> HL7Gateway:
-    return HL7Gateway(fhir)
+    return HL7Gateway(fhir, access=SYSTEM)
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ async def test_a_message_beyond_the_segment_limit_is_refused_naming_it(
         fhir: FhirService) -> None:
     """A lab feed's runaway message (an ORU of tens of thousands of OBX) is refused with
     AR before it is mapped, the ERR naming the limit; the next message goes through."""
-    gateway = HL7Gateway(fhir, max_segments=40)
+    gateway = HL7Gateway(fhir, access=SYSTEM, max_segments=40)
     many = [("2345-7", "Glucose", "NM", f"{90 + n % 20}", "mg/dL", "N") for n in range(60)]
     processed = await gateway.process(oru("LAB-HUGE", results=many))
     ack = encode_message(processed.acks[0])
@@ -302,13 +302,13 @@ async def test_a_rejected_message_replays_once_the_gateway_takes_it(fhir: FhirSe
                                                                     ) -> None:
     """An analyst replays what a narrower gateway refused (here: one taking ADT only),
     once the gateway takes it: the result is stored and the entry goes."""
-    adt_only = HL7Gateway(fhir, policy=HeaderPolicy(message_types={"ADT": None}))
+    adt_only = HL7Gateway(fhir, access=SYSTEM, policy=HeaderPolicy(message_types={"ADT": None}))
     refused = await adt_only.process(oru("AR-REPLAY-1"))
     assert refused.ack_code == "AR" and refused.dead_letter_id is not None
     with pytest.raises(RuntimeError, match="failed again"):
         await adt_only.retry_dead_letter(refused.dead_letter_id)
     assert await search(fhir, "Observation") == []
-    replayed = await HL7Gateway(fhir).retry_dead_letter(refused.dead_letter_id)
+    replayed = await HL7Gateway(fhir, access=SYSTEM).retry_dead_letter(refused.dead_letter_id)
     assert replayed.ack_code == "AA"
     assert len(await search(fhir, "Observation")) == len(CHEMISTRY)
     assert await fhir.store.get_document(DEAD_LETTERS, refused.dead_letter_id) is None
@@ -372,7 +372,7 @@ class FailingOnce:
         if self.failures:
             self.failures -= 1
             raise OSError("disk I/O error")
-        return await SystemTransactions(self._fhir).transaction(bundle, **options)
+        return await SystemTransactions(self._fhir, SYSTEM).transaction(bundle, **options)
 
     async def search(self, kind: str, params: list[tuple[str, str]]) -> list[JSON]:
         return await self._fhir.search(kind, params)
@@ -403,7 +403,7 @@ async def test_resources_and_outcome_record_are_stored_together_or_not_at_all(
         raise RuntimeError("record store unavailable")
 
     monkeypatch.setattr(module, "_record_of", failing_record_of)
-    gateway = HL7Gateway(fhir)
+    gateway = HL7Gateway(fhir, access=SYSTEM)
     failed = await gateway.process(oru("ATOM-1"))
     assert msa(failed.acks[0]) == ("AR", "ATOM-1")
     assert await search(fhir, "DiagnosticReport") == []

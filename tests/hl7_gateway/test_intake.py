@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fhir_server.access import SYSTEM
 from fhir_server.service import FhirService
 from fhir_server.store import store_from_url
 from hl7_gateway.batch import parse_batch
@@ -28,7 +29,7 @@ async def fhir(tmp_path: Path) -> AsyncIterator[FhirService]:
 
 @pytest.fixture
 async def mllp(fhir: FhirService) -> AsyncIterator[MLLPServer]:
-    server = await start_listener(HL7Gateway(fhir), "127.0.0.1", 0, idle_timeout=5)
+    server = await start_listener(HL7Gateway(fhir, access=SYSTEM), "127.0.0.1", 0, idle_timeout=5)
     yield server
     await server.close()
 
@@ -92,7 +93,7 @@ async def test_a_batch_in_one_frame_is_acknowledged_message_by_message_in_a_batc
 
 async def test_a_batch_whose_trailer_count_disagrees_is_refused_whole(
         fhir: FhirService) -> None:
-    gateway = HL7Gateway(fhir)
+    gateway = HL7Gateway(fhir, access=SYSTEM)
     # BTS-1 says three messages; two arrived: the batch was cut short on its way
     sent = batch_file(result("CNTRL-4001", "555444447", "1045816", "120"),
                       result("CNTRL-4002", "555444448", "1045817", "130"), declared=3)
