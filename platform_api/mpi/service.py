@@ -39,7 +39,8 @@ from fhir_server.caller import CallerFhir
 from fhir_server.store import ConditionChanged, DuplicateDocument, VersionConflict
 from platform_api.envelope import ApiError, conflict, not_found
 from platform_api.facade import StatusTable
-from platform_api.mpi.matching import Demographics, Model, PatientIndex, Scored, demographics
+from platform_api.mpi.demographics import Demographics, demographics
+from platform_api.mpi.matching import Model, PatientIndex, Scored
 from platform_api.services import Services
 
 log = logging.getLogger("healthplatform.mpi")
