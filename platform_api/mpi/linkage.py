@@ -10,14 +10,18 @@ formed the same whatever order the records came in.
   one when a birth date is missing); and the pair is never linked automatically when a
   birth date is missing, when the birth dates differ beyond a one-keystroke typo or a
   day and month transposition, when the sexes differ, or when the birth dates are the
-  same but the given names differ by more than a nickname or a typo (twins) (a shared
-  national id lifts those two). A typo in the birth date with given names that are not
-  the same (or a nickname) waits for review.
+  same but the given names differ by more than a nickname or a typo (twins). A shared
+  national id lifts none of these (a child's record often carries a parent's id). A typo
+  in the birth date with given names that are not the same (or a nickname) waits for
+  review.
 - *Holds* keep a certain pair for review instead of an automatic link: the household
   rule, sexes that differ, national ids that differ, a birth date that agrees only in
   part (a day and month transposed is never agreement) or is missing on either side
-  (unless a national id agrees), given names that differ, and records of different
-  organizations (unless ``across_organizations``).
+  (unless a national id agrees), given names that differ (unless a national id agrees),
+  and records of different organizations (unless ``across_organizations``).
+- *Grades* follow the probability (``Rules``), but a certain pair held for any reason
+  but its organizations is graded ``probable``: ``certain`` means the index would link
+  it by itself.
 - *Conflicts* (the household rule, sexes or national ids that differ, birth dates
   entirely different, organizations that differ when links may not cross them, a
   score below "possible", a person's rejection or undone link) keep two records apart
@@ -59,6 +63,7 @@ class Rules:
     review_threshold: float = 0.90
     possible_threshold: float = 0.50
     across_organizations: bool = False
+    automatic_links: bool = True  # off: every certain pair waits for review
 
     def grade(self, probability: float) -> str | None:
         if probability >= self.link_threshold:
@@ -109,6 +114,7 @@ class Cluster:
 class Plan:
     clusters: list[Cluster]
     candidates: list[Pair]  # pairs to review: probable or better, in different clusters
+    # (one of the two may be outside the records clustered)
     joined_by: dict[str, Pair] = field(default_factory=dict)  # member → the pair it joined by
 
     def cluster_of(self, record_id: str) -> Cluster:
@@ -125,11 +131,11 @@ def household_rule(levels: Mapping[str, str]) -> tuple[bool, str | None, str | N
     born, sex, given = levels.get("birth_date"), levels.get("sex"), levels.get("given")
     if sex == "different":
         return True, "household: sexes differ", None
-    if born is None and levels.get("national_id") != "same":
+    if born is None:
         return True, "household: no birth date to tell them apart", None
     if born is not None and born not in _HOUSEHOLD_BIRTH_DATES:
         return True, f"household: birth dates differ ({born})", None
-    if born == "exact" and given not in _TWIN_GIVEN and levels.get("national_id") != "same":
+    if born == "exact" and given not in _TWIN_GIVEN:
         return True, "household: same birth date, different given names (twins)", None
     if born not in (None, "exact") and given not in _SAME_GIVEN:
         return True, None, f"household: birth dates ({born}) and given names ({given}) differ"
@@ -169,8 +175,12 @@ class Linker:
                              probability=self.model.probability(weight))
         conflict = household_conflict or self._conflict(levels, scored.probability, owners)
         hold = conflict or household_hold or self._hold(levels)
-        return Pair(ids, scored, self.rules.grade(scored.probability), household, hold,
-                    conflict)
+        grade = self.rules.grade(scored.probability)
+        if grade == "certain" and hold is not None and conflict != "different organizations":
+            grade = "probable"  # certain means it would be linked automatically
+        if hold is None and not self.rules.automatic_links:
+            hold = "automatic links are off"
+        return Pair(ids, scored, grade, household, hold, conflict)
 
     def _household_weight(self, scored: Scored) -> float:
         """The weight without the contact details two people of a household share; when
@@ -204,7 +214,7 @@ class Linker:
             return "a birth date is missing"
         if born not in (None, "exact", "typo"):
             return f"birth dates agree only in part ({born})"
-        if levels.get("given") == "different":
+        if levels.get("given") == "different" and levels.get("national_id") != "same":
             return "given names differ"
         return None
 
@@ -272,6 +282,7 @@ class Linker:
             a, b = pair_ids
             if a in members and b in members and root(a) != root(b):
                 join(a, b)
+        pairs = list(pairs)
         within = [p for p in pairs if p.ids[0] in members and p.ids[1] in members]
         for pair in sorted((p for p in within if p.automatic), key=self._order):
             ra, rb = root(pair.ids[0]), root(pair.ids[1])
@@ -283,8 +294,11 @@ class Linker:
                     for group in groups.values()]
         clusters.sort(key=lambda c: sorted(c.members))
         where = {i: c.golden for c in clusters for i in c.members}
-        candidates = [p for p in within if p.scored.probability >= self.rules.review_threshold
-                      and where[p.ids[0]] != where[p.ids[1]]
+        # a pair with one record outside ``ids`` is across clusters: the other is not
+        # linked to any record of ``ids``, or the neighbourhood would have reached it
+        candidates = [p for p in pairs if p.scored.probability >= self.rules.review_threshold
+                      and where.get(p.ids[0], p.ids[0]) != where.get(p.ids[1], p.ids[1])
+                      and (p.ids[0] in members or p.ids[1] in members)
                       and frozenset(p.ids) not in constraints.apart]
         candidates.sort(key=self._order)
         return Plan(clusters, candidates, joined_by)
