@@ -17,7 +17,8 @@ A field missing on either side lands on none and weighs nothing.
   1984 / 1948, 12 / 13), ``transposed`` (day and month swapped), ``year_off`` (only the
   year, one off), ``one_part`` (one of them otherwise different), ``different``.
 - **Address**: one field for line, city and postal code together (they are one piece of
-  evidence): ``exact``, ``close`` (Jaro-Winkler, or the same words in another order),
+  evidence): ``exact``, ``close`` (Jaro-Winkler, or the same words in another order;
+  never with another house number),
   ``area`` (another line in the same city or postal code), ``similar``, ``different``.
 - **Phones, e-mails, national ids, MRNs** are sets: ``same`` when they share one.
 
@@ -141,6 +142,10 @@ def _shared(a: frozenset[str], b: frozenset[str]) -> int | None:
     return 0 if a & b else 1
 
 
+def _numbers(address: str) -> list[str]:
+    return [token for token in address.split() if any(c.isdigit() for c in token)]
+
+
 def _address_level(a: Demographics, b: Demographics) -> int | None:
     """One level for the whole address (line, city, postal code), which are not
     independent evidence: counting each would count one address three times."""
@@ -151,8 +156,10 @@ def _address_level(a: Demographics, b: Demographics) -> int | None:
         if a.address == b.address:
             return 0 if in_place else 3
         similarity = JaroWinkler.similarity(a.address, b.address)
-        if in_place and (similarity >= 0.90 or sorted(a.address.split()) ==
-                         sorted(b.address.split())):
+        # another house number is another house, however alike the rest
+        same_numbers = _numbers(a.address) == _numbers(b.address)
+        if in_place and same_numbers and (similarity >= 0.90 or sorted(
+                a.address.split()) == sorted(b.address.split())):
             return 1
         if same_area:
             return 2

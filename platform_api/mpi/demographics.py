@@ -31,7 +31,7 @@ ADDRESS_WORDS = {
     "dr": "drive", "drv": "drive", "ln": "lane", "cres": "crescent", "cl": "close",
     "ct": "court", "pl": "place", "hwy": "highway", "blvd": "boulevard", "est": "estate",
     "hse": "house", "apt": "apartment", "apts": "apartments", "flt": "flat",
-    "bldg": "building", "blk": "block", "po": "", "box": "box", "no": "", "number": "",
+    "bldg": "building", "blk": "block", "no": "", "number": "",
 }
 
 
@@ -103,7 +103,8 @@ def normal_name(value: Any) -> str:
 
 
 def normal_address(value: Any) -> str:
-    words = (ADDRESS_WORDS.get(word, word) for word in normal_text(value).split())
+    text = re.sub(r"\bp ?o box\b", "box", normal_text(value))  # P.O. Box, PO Box
+    words = (ADDRESS_WORDS.get(word, word) for word in text.split())
     return " ".join(word for word in words if word)
 
 
