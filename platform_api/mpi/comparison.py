@@ -180,6 +180,8 @@ def _id_level(a: frozenset[str], b: frozenset[str]) -> int | None:
 
 
 def _mrn_level(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> int | None:
+    if not a or not b:
+        return None
     if a & b:
         return 0
     # MRNs of different registers say nothing; the same register disagreeing does.

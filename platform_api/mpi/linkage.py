@@ -40,9 +40,9 @@ neighbourhood closed under automatic pairs and existing links
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from platform_api.mpi.comparison import CONTACT_FIELDS, FIELDS
+from platform_api.mpi.comparison import CONTACT_FIELDS, FIELDS, Vector
 from platform_api.mpi.demographics import Demographics
 from platform_api.mpi.matching import Model, PatientIndex, Scored
 
@@ -75,7 +75,7 @@ class Rules:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pair:
     """Two records judged: their score (household contact left out when they may be a
     household), grade, why a certain pair waits for review (``hold``) and why the two
@@ -121,11 +121,15 @@ class Plan:
         return next(c for c in self.clusters if record_id in c.members)
 
 
+def _may_be_household(levels: Mapping[str, str]) -> bool:
+    return levels.get("family") in _SAME_FAMILY and any(
+        levels.get(f) in shared for f, shared in _SHARED_CONTACT.items())
+
+
 def household_rule(levels: Mapping[str, str]) -> tuple[bool, str | None, str | None]:
     """(may these be two people of one household, why they must be kept apart, why a
     person must look at them) from the levels of a pair."""
-    household = levels.get("family") in _SAME_FAMILY and any(
-        levels.get(f) in shared for f, shared in _SHARED_CONTACT.items())
+    household = _may_be_household(levels)
     if not household:
         return False, None, None
     born, sex, given = levels.get("birth_date"), levels.get("sex"), levels.get("given")
@@ -166,13 +170,9 @@ class Linker:
     def judge(self, ids: tuple[str, str], first: Demographics, second: Demographics,
               owners: tuple[frozenset[str], frozenset[str]] | None) -> Pair:
         """Two records' pair (``owners`` None: a query, of no organization)."""
-        scored = self.model.score(ids[1], first, second)
+        scored = self.model.score(ids[1], first, second, self._household_weight)
         levels = scored.levels
         household, household_conflict, household_hold = household_rule(levels)
-        if household:  # the shared contact details speak for the household, not the person
-            weight = self._household_weight(scored)
-            scored = replace(scored, weight=weight,
-                             probability=self.model.probability(weight))
         conflict = household_conflict or self._conflict(levels, scored.probability, owners)
         hold = conflict or household_hold or self._hold(levels)
         grade = self.rules.grade(scored.probability)
@@ -182,15 +182,19 @@ class Linker:
             hold = "automatic links are off"
         return Pair(ids, scored, grade, household, hold, conflict)
 
-    def _household_weight(self, scored: Scored) -> float:
-        """The weight without the contact details two people of a household share; when
-        a birth date is missing, the strongest of them still counts (the pair is then
-        for a person to tell apart, not for the index to dismiss)."""
-        weight = self.model.weight(scored.vector, ignore=_CONTACT)
-        if "birth_date" in scored.levels:
+    def _household_weight(self, levels: Mapping[str, str], vector: Vector, weight: float
+                          ) -> float:
+        """For two records that may be a household, the weight without the contact
+        details they share; when a birth date is missing, the strongest of them still
+        counts (the pair is then for a person to tell apart, not for the index to
+        dismiss)."""
+        if not _may_be_household(levels):
+            return weight
+        weight = self.model.weight(vector, ignore=_CONTACT)
+        if "birth_date" in levels:
             return weight
         shared = [self.model.level_weight(i, level) for i in _CONTACT
-                  if (level := scored.vector[i]) is not None]
+                  if (level := vector[i]) is not None]
         return weight + max(shared, default=0.0)
 
     def _conflict(self, levels: Mapping[str, str], probability: float,

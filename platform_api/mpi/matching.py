@@ -30,7 +30,7 @@ memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,7 @@ BLOCK_LIMIT = 2_000  # a blocking key shared by more records is too common to na
 
 
 # -- the model -------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scored:
     """A candidate's score against a query: probability, total weight, the level of each
     field, and which fields agreed (first level), agreed in part (a level between:
@@ -84,6 +84,10 @@ class Scored:
     vector: Vector = ()
 
 
+# (levels, vector, weight) → the weight to use (the household rule of linkage.py)
+Adjust = Callable[[Mapping[str, str], Vector, float], float]
+
+
 def _key(vector: Vector) -> tuple[int, ...]:
     return tuple(-1 if level is None else level for level in vector)
 
@@ -96,6 +100,7 @@ class Model:
     u: dict[str, dict[str, float]]
     prior: float = DEFAULT_PRIOR
     _weights: list[list[float]] = field(default_factory=list, repr=False)
+    _kinds: list[list[int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         for name in FIELDS:
@@ -107,6 +112,10 @@ class Model:
             raise ValueError("the prior must be in (0, 1)")
         self._weights = [[math.log2(self.m[f][lv] / self.u[f][lv]) for lv in LEVELS[f]]
                          for f in FIELDS]
+        # per field and level: 0 agreement (the first level), 1 partial (positive
+        # weight), 2 disagreement
+        self._kinds = [[0 if n == 0 else 1 if w > 0 else 2 for n, w in enumerate(weights)]
+                       for weights in self._weights]
 
     @classmethod
     def from_table(cls, table: Mapping[str, Mapping[str, Sequence[float]]],
@@ -143,9 +152,11 @@ class Model:
         odds = self.prior / (1 - self.prior) * 2.0 ** max(min(weight, 1000.0), -1000.0)
         return odds / (1 + odds)
 
-    def score(self, record_id: str, a: Demographics, b: Demographics) -> Scored:
+    def score(self, record_id: str, a: Demographics, b: Demographics,
+              adjust: Adjust | None = None) -> Scored:
         """``b`` (whose id is ``record_id``) scored against ``a``; the same whichever of
-        the two is ``a`` (every level is symmetric; crosswise both ways are tried)."""
+        the two is ``a`` (every level is symmetric; crosswise both ways are tried).
+        ``adjust`` may change the weight once the levels are known."""
         vector = compare(a, b)
         weight, swapped = self.weight(vector), False
         if maybe_swapped(a, b):
@@ -156,17 +167,16 @@ class Model:
                 if cross > weight or (swapped and cross == weight and _key(crosswise) <
                                       _key(vector)):
                     vector, weight, swapped = crosswise, cross, True
-        levels, agreed, partial, disagreed = {}, [], [], []
-        for i, (name, level) in enumerate(zip(FIELDS, vector, strict=True)):
-            if level is None:
-                continue
-            levels[name] = LEVELS[name][level]
-            if level == 0:
-                agreed.append(name)
-            elif self._weights[i][level] > 0:
-                partial.append(name)
-            else:
-                disagreed.append(name)
+        levels: dict[str, str] = {}
+        kinds: tuple[list[str], list[str], list[str]] = ([], [], [])  # agreed, partial, not
+        for i, level in enumerate(vector):
+            if level is not None:
+                name = FIELDS[i]
+                levels[name] = LEVELS[name][level]
+                kinds[self._kinds[i][level]].append(name)
+        agreed, partial, disagreed = kinds
+        if adjust is not None:
+            weight = adjust(levels, vector, weight)
         return Scored(record_id, self.probability(weight), weight, tuple(agreed),
                       tuple(partial), tuple(disagreed), levels, swapped, vector)
 
