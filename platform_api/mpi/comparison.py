@@ -130,6 +130,14 @@ def _date_level(a: str, b: str) -> int | None:
     return 4
 
 
+_DIFFERENT_DATE = LEVELS["birth_date"].index("different")
+
+
+def date_disagrees(a: str, b: str) -> bool:
+    """Whether two birth dates are entirely different (the last level)."""
+    return _date_level(a, b) == _DIFFERENT_DATE
+
+
 def _same(a: str, b: str) -> int | None:
     if not a or not b:
         return None

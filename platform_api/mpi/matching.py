@@ -36,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from platform_api.mpi.comparison import FIELDS, LEVELS, Vector, compare, maybe_swapped
+from platform_api.mpi.comparison import (
+    FIELDS,
+    LEVELS,
+    Vector,
+    compare,
+    date_disagrees,
+    maybe_swapped,
+)
 from platform_api.mpi.demographics import Demographics
 
 JSON = dict[str, Any]
@@ -64,6 +71,7 @@ DEFAULT_MODEL: dict[str, dict[str, tuple[float, float]]] = {
 }
 DEFAULT_PRIOR = 1e-4  # the chance that a compared pair is a match, before comparing
 BLOCK_LIMIT = 2_000  # a blocking key shared by more records is too common to narrow
+NAME_KEYS = ("names:", "fy:")  # the keys many records share (see PatientIndex.candidates)
 
 
 # -- the model -------------------------------------------------------------------------------
@@ -292,12 +300,22 @@ class PatientIndex:
                     del self.blocks[key]
 
     def candidates(self, d: Demographics) -> set[str]:
+        """The records sharing a key with ``d``; of those met only through a name key
+        (many share a name), those whose birth date is entirely different are left out:
+        such a pair can score "possible" at most, never a link or a review (what it would
+        need, a phone, an e-mail, an address, a national id, finds it through its own
+        key), and there are many of them in a large index."""
         found: set[str] = set()
+        by_name: set[str] = set()
         for key in query_keys(d):
             members = self.blocks.get(key)
             if members and len(members) <= self.block_limit:
-                found |= members
-        return found
+                (by_name if key.startswith(NAME_KEYS) else found).update(members)
+        if len(d.birth_date) == 10:
+            records = self.records
+            by_name = {m for m in by_name - found
+                       if not date_disagrees(d.birth_date, records[m].birth_date)}
+        return found | by_name
 
     def match(self, model: Model, d: Demographics, *, threshold: float = 0.0,
               exclude: Iterable[str] = (), limit: int = 20) -> list[Scored]:

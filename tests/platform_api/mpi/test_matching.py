@@ -108,3 +108,13 @@ def test_blocking_finds_both_ways():
     for a, record in index.records.items():
         for b in index.candidates(record):
             assert a in index.candidates(index.records[b])
+
+
+def test_namesakes_born_in_another_year_are_not_compared_but_those_without_a_date_are():
+    index = PatientIndex()
+    index.put("namesake", Demographics.of(given="Amina", family="Odhiambo",
+                                          birth_date="1961-09-30"))
+    index.put("undated", Demographics.of(given="Amina", family="Odhiambo"))
+    index.put("same-phone", Demographics.of(given="Amina", family="Odhiambo",
+                                            birth_date="1961-09-30", phone="0712345678"))
+    assert index.candidates(AMINA) == {"undated", "same-phone"}
