@@ -10,8 +10,8 @@ formed the same whatever order the records came in.
   one when a birth date is missing); and the pair is never linked automatically when a
   birth date is missing, when the birth dates differ beyond a one-keystroke typo or a
   day and month transposition, when the sexes differ, or when the birth dates are the
-  same but the given names differ by more than a nickname, a typo or an initial of the
-  same name (twins). A shared
+  same but the given names differ by more than a nickname or a typo (twins; a lone
+  initial may be either twin's). A shared
   national id lifts none of these (a child's record often carries a parent's id). A typo
   in the birth date with given names that are not the same (or a nickname) waits for
   review.
@@ -52,8 +52,8 @@ _CONTACT = tuple(FIELDS.index(f) for f in CONTACT_FIELDS)
 _SHARED_CONTACT = {"phone": {"same"}, "email": {"same"}, "address": {"exact", "close"}}
 _SAME_FAMILY = {"exact", "close", "phonetic"}
 _SAME_GIVEN = {"exact", "nickname"}
-# a typo or an initial of the same name, not another name
-_TWIN_GIVEN = {"exact", "nickname", "close", "initial"}
+# a typo, not another name (a lone initial may be either twin's: J. for John or James)
+_TWIN_GIVEN = {"exact", "nickname", "close"}
 # In a household, birth dates this close may be one person's (a transposition is still
 # never agreement: it waits for review, see _hold)
 _HOUSEHOLD_BIRTH_DATES = {"exact", "typo", "transposed"}
