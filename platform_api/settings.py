@@ -329,6 +329,9 @@ class Settings(BaseSettings):
                                           "probability a match answers (grade possible)")
     mpi_auto_link: bool = Field(default=True, description="Compare every new or changed "
                                 "Patient in the background and link certain pairs")
+    mpi_auto_link_across_organizations: bool = Field(
+        default=False, description="Link certain pairs of records of different "
+        "organizations automatically too (off: such pairs become candidates for review)")
     mpi_model: dict[str, dict[str, list[float]]] = Field(
         default_factory=dict, description='JSON {"<field>": {"<level>": [m, u]}} replacing '
         "the defaults of platform_api/mpi/matching.py (e.g. as estimated by bench/mpi.py)")

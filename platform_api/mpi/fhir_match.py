@@ -1,7 +1,8 @@
 """The matcher behind the FHIR operation ``Patient/$match``
 (:mod:`fhir_server.interactions.match`): the MPI's candidates for the Patient given, read
 through the caller's access (what the caller may not see is left out, as in a search),
-graded as the MPI grades them."""
+graded as the MPI grades them (``certain``: the index would link it by itself); a
+record merged away answers as its golden record."""
 
 from __future__ import annotations
 
@@ -20,18 +21,17 @@ def patient_matcher(services: Services) -> PatientMatcher:
     async def matcher(caller: CallerFhir, patient: JSON, count: int, only_certain: bool
                       ) -> list[tuple[JSON, float, str]]:
         mpi = mpi_of(services)
-        threshold = services.settings.mpi_link_threshold if only_certain else None
-        found = await mpi.match(mpi.demographics(patient), limit=count, threshold=threshold)
+        found = await mpi.match(mpi.demographics(patient), limit=count)
         answered = []
-        for scored in found:
+        for pair in found:
+            if only_certain and pair.grade != "certain":
+                continue
             try:
-                stored = await caller.find_json("Patient", scored.id)
+                stored = await caller.find_json("Patient", pair.scored.id)
             except AccessDenied:
                 continue
             if stored is None:
-                mpi.index.remove(scored.id)
                 continue
-            answered.append((stored, scored.probability, mpi.grade(scored.probability) or
-                             "possible"))
+            answered.append((stored, pair.scored.probability, pair.grade or "possible"))
         return answered
     return matcher

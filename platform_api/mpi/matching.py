@@ -1,297 +1,103 @@
 """Probabilistic record linkage of patients (Fellegi-Sunter), with blocking.
 
-A patient's :class:`Demographics` are read from a FHIR Patient (:func:`demographics`):
-names normalised (accents and punctuation dropped, lower case) with their phonetic codes
-(``jellyfish``: Metaphone and NYSIIS, which also fold transliteration variants such as
-Mohamed / Mohammed / Muhammad), birth date, sex, phone in E.164 (``phonenumbers``),
-e-mail, address line, city, postal code, national identifiers and MRNs.
-
-Two records are compared field by field (:func:`compare`); each field lands on one
-*level* of :data:`LEVELS` (``exact``, ``close``, ``phonetic``, ... ``different``; a field
-missing on either side lands on none and weighs nothing). Every level has an ``m``
-probability (of the level among true matches) and a ``u`` probability (among non-matches);
-its weight is ``log2(m/u)``, the weights add up, and with the prior ``lambda`` (the chance
-that a compared pair is a match, before comparing) give the match probability
-(:meth:`Model.score`).
+Two records' :class:`~platform_api.mpi.demographics.Demographics` are compared field by
+field (:func:`~platform_api.mpi.comparison.compare`: each field lands on a level). Every
+level has an ``m`` probability (of the level among true matches) and a ``u`` probability
+(among non-matches); its weight is ``log2(m/u)``, the weights add up, and with the prior
+``lambda`` (the chance that a compared pair is a match, before comparing) give the match
+probability (:meth:`Model.score`). Scoring is symmetric: which record of a pair came
+first never changes its score.
 The m/u table is configuration (:data:`DEFAULT_MODEL`) or estimated from the data by
 expectation-maximisation (:func:`estimate`, over the comparison vectors of blocked
-pairs). String similarity is Jaro-Winkler and Damerau-Levenshtein from ``rapidfuzz``.
+pairs).
 
-First and last names swapped are compared crosswise when that agrees better. A birth
-date with day and month transposed, or the year one off, has a level of its own. A
-national identifier that agrees is near-certain (weight ~ +13); one that disagrees counts
-strongly against (~ -16: with names, birth date and sex agreeing the pair falls below
-"possible"), a one-keystroke difference sits in between.
+First and last names swapped are compared crosswise when that agrees better. A national
+identifier that agrees is near-certain (weight ~ +13); one that disagrees counts strongly
+against (~ -16: with names, birth date and sex agreeing the pair falls below "possible"),
+a one-keystroke difference sits in between.
 
 Blocking (:func:`blocking_keys`) keeps a lookup to a few dozen comparisons in an index of
-100,000 patients: a pair is compared only when it shares a key (the same national id,
-phone or e-mail; the same birth date; the same family-name code and birth year; the same
-pair of name codes, in either order; the same postal code and family initial). A query
-also asks the variants of its birth date (transposed, year ± 1). :class:`PatientIndex`
-holds the demographics and blocks of a population in memory.
+100,000 patients: a pair is compared only when it shares a key (a national id, phone or
+e-mail; the birth date; the family name's code and birth year; the first given and the
+family name's codes, in either order; the normalised address). A query also asks the
+variants of its birth date (transposed, year ± 1): as the variant relation is symmetric,
+so is blocking (``a`` finds ``b`` exactly when ``b`` finds ``a``), which the
+order-independent clustering of :mod:`.linkage` needs.
+:class:`PatientIndex` holds the demographics, owners and blocks of a population in
+memory.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jellyfish
 import numpy as np
-import phonenumbers
-from rapidfuzz.distance import DamerauLevenshtein, JaroWinkler
+
+from platform_api.mpi.comparison import (
+    FIELDS,
+    LEVELS,
+    Vector,
+    compare,
+    date_disagrees,
+    maybe_swapped,
+)
+from platform_api.mpi.demographics import Demographics
 
 JSON = dict[str, Any]
-V2_0203 = "http://terminology.hl7.org/CodeSystem/v2-0203"
-
-# The levels of each compared field, best first; the last one is disagreement.
-LEVELS: dict[str, tuple[str, ...]] = {
-    "given": ("exact", "close", "phonetic", "similar", "different"),
-    "family": ("exact", "close", "phonetic", "similar", "different"),
-    "birth_date": ("exact", "transposed", "year_off", "one_part", "different"),
-    "sex": ("same", "different"),
-    "phone": ("same", "different"),
-    "email": ("same", "different"),
-    "address": ("exact", "close", "similar", "different"),
-    "city": ("exact", "close", "different"),
-    "postcode": ("same", "different"),
-    "national_id": ("same", "typo", "different"),
-    "mrn": ("same", "different"),
-}
-FIELDS = tuple(LEVELS)
 
 # m and u per level: what a well-kept register looks like (about 1 record in 20 with a
 # typo in a name, 1 in 50 in a birth date; a national id shared by nobody else). The
 # bench estimates the same table by EM from the data and gets close to these.
 DEFAULT_MODEL: dict[str, dict[str, tuple[float, float]]] = {
-    "given": {"exact": (0.88, 0.004), "close": (0.05, 0.002), "phonetic": (0.03, 0.004),
-              "similar": (0.02, 0.03), "different": (0.02, 0.96)},
+    "given": {"exact": (0.86, 0.004), "nickname": (0.02, 0.0005), "close": (0.04, 0.002),
+              "initial": (0.02, 0.0015), "phonetic": (0.03, 0.004), "similar": (0.01, 0.03),
+              "different": (0.02, 0.958)},
     "family": {"exact": (0.88, 0.002), "close": (0.05, 0.001), "phonetic": (0.03, 0.002),
                "similar": (0.02, 0.02), "different": (0.02, 0.975)},
-    "birth_date": {"exact": (0.90, 0.0005), "transposed": (0.02, 0.0001),
-                   "year_off": (0.02, 0.0005), "one_part": (0.04, 0.02),
-                   "different": (0.02, 0.979)},
+    "birth_date": {"exact": (0.88, 0.0005), "typo": (0.03, 0.002),
+                   "transposed": (0.015, 0.0001), "year_off": (0.02, 0.0005),
+                   "one_part": (0.025, 0.02), "different": (0.03, 0.9769)},
     "sex": {"same": (0.97, 0.5), "different": (0.03, 0.5)},
     "phone": {"same": (0.80, 0.0001), "different": (0.20, 0.9999)},
     "email": {"same": (0.80, 0.0001), "different": (0.20, 0.9999)},
-    "address": {"exact": (0.80, 0.001), "close": (0.08, 0.002), "similar": (0.05, 0.02),
-                "different": (0.07, 0.977)},
-    "city": {"exact": (0.85, 0.01), "close": (0.07, 0.005), "different": (0.08, 0.985)},
-    "postcode": {"same": (0.90, 0.01), "different": (0.10, 0.99)},
+    "address": {"exact": (0.75, 0.0005), "close": (0.08, 0.0005), "area": (0.07, 0.1),
+                "similar": (0.02, 0.01), "different": (0.08, 0.8885)},
     "national_id": {"same": (0.97998, 0.0001), "typo": (0.02, 0.0005),
                     "different": (0.00002, 0.9994)},
     "mrn": {"same": (0.60, 0.00001), "different": (0.40, 0.99999)},
 }
 DEFAULT_PRIOR = 1e-4  # the chance that a compared pair is a match, before comparing
 BLOCK_LIMIT = 2_000  # a blocking key shared by more records is too common to narrow
-
-
-# -- demographics ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Demographics:
-    given: str = ""
-    family: str = ""
-    birth_date: str = ""  # YYYY-MM-DD (a partial date keeps what it has)
-    sex: str = ""
-    phone: str = ""  # E.164
-    email: str = ""
-    address: str = ""
-    city: str = ""
-    postcode: str = ""
-    national_ids: frozenset[str] = frozenset()
-    mrns: frozenset[tuple[str, str]] = frozenset()  # (system, value)
-    codes: tuple[str, str, str, str] = ("", "", "", "")  # metaphone/nysiis given, family
-
-    @classmethod
-    def of(cls, **values: Any) -> Demographics:
-        """Normalised demographics from raw values (the /api match form, the bench)."""
-        given, family = normal_name(values.get("given")), normal_name(values.get("family"))
-        return cls(given=given, family=family,
-                   birth_date=str(values.get("birth_date") or "")[:10],
-                   sex=str(values.get("sex") or "").lower(),
-                   phone=e164(values.get("phone"), values.get("region") or "KE"),
-                   email=str(values.get("email") or "").strip().lower(),
-                   address=normal_text(values.get("address")),
-                   city=normal_text(values.get("city")),
-                   postcode=re.sub(r"\s+", "", str(values.get("postcode") or "")).upper(),
-                   national_ids=frozenset(i for i in values.get("national_ids") or () if i),
-                   mrns=frozenset(values.get("mrns") or ()),
-                   codes=(*phonetic(given), *phonetic(family)))
-
-
-def normal_text(value: Any) -> str:
-    """Lower case, accents and punctuation dropped, spaces collapsed."""
-    if not value:
-        return ""
-    text = unicodedata.normalize("NFKD", str(value))
-    text = "".join(c for c in text if not unicodedata.combining(c)).lower()
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", text).split())
-
-
-def normal_name(value: Any) -> str:
-    return re.sub(r"[0-9]", "", normal_text(value)).strip()
-
-
-def phonetic(name: str) -> tuple[str, str]:
-    if not name:
-        return "", ""
-    first = name.split()[0]
-    return jellyfish.metaphone(first), jellyfish.nysiis(first)
-
-
-def e164(value: Any, region: str = "KE") -> str:
-    """A phone number in E.164 (``+254712345678``), or "" when it is not one."""
-    if not value:
-        return ""
-    try:
-        number = phonenumbers.parse(str(value), region)
-    except phonenumbers.NumberParseException:
-        return ""
-    if not phonenumbers.is_possible_number(number):
-        return ""
-    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
-
-
-def _official_name(patient: JSON) -> JSON:
-    names = [n for n in patient.get("name") or [] if isinstance(n, dict)]
-    return next((n for n in names if n.get("use") == "official"), names[0] if names else {})
-
-
-def _is_type(identifier: JSON, code: str) -> bool:
-    return any(c.get("code") == code for c in (identifier.get("type") or {}).get("coding") or []
-               if isinstance(c, dict))
-
-
-def demographics(patient: JSON, national_systems: Iterable[str] = (),
-                 region: str = "KE") -> Demographics:
-    """The demographics of a FHIR Patient: national identifiers are those of the
-    ``national_systems`` or typed NI (v2-0203), MRNs those typed MR."""
-    name = _official_name(patient)
-    given = " ".join(g for g in name.get("given") or [] if isinstance(g, str))
-    telecom = [t for t in patient.get("telecom") or [] if isinstance(t, dict)]
-    address = next((a for a in patient.get("address") or [] if isinstance(a, dict)), {})
-    systems = set(national_systems)
-    identifiers = [i for i in patient.get("identifier") or [] if isinstance(i, dict)
-                   and i.get("value")]
-    return Demographics.of(
-        given=given, family=name.get("family"), birth_date=patient.get("birthDate"),
-        sex=patient.get("gender"), region=region,
-        phone=next((t.get("value") for t in telecom if t.get("system") == "phone"), None),
-        email=next((t.get("value") for t in telecom if t.get("system") == "email"), None),
-        address=" ".join(line for line in address.get("line") or [] if isinstance(line, str)),
-        city=address.get("city"), postcode=address.get("postalCode"),
-        national_ids=[str(i["value"]) for i in identifiers
-                      if i.get("system") in systems or _is_type(i, "NI")],
-        mrns=[(str(i.get("system")), str(i["value"])) for i in identifiers
-              if _is_type(i, "MR")])
-
-
-# -- comparing two records ----------------------------------------------------------------------
-def _name_level(a: str, b: str, code_a: tuple[str, str], code_b: tuple[str, str]) -> int | None:
-    if not a or not b:
-        return None
-    if a == b:
-        return 0
-    similarity = JaroWinkler.similarity(a, b)
-    tokens_a, tokens_b = set(a.split()), set(b.split())
-    if similarity >= 0.92 or tokens_a <= tokens_b or tokens_b <= tokens_a:
-        return 1
-    if (code_a[0] and code_a[0] == code_b[0]) or (code_a[1] and code_a[1] == code_b[1]):
-        return 2
-    return 3 if similarity >= 0.80 else 4
-
-
-def _date_level(a: str, b: str) -> int | None:
-    if len(a) < 10 or len(b) < 10:
-        return None if not a or not b else (0 if a == b else 4)
-    if a == b:
-        return 0
-    ya, ma, da = a[:4], a[5:7], a[8:10]
-    yb, mb, db = b[:4], b[5:7], b[8:10]
-    if ya == yb and ma == db and da == mb:
-        return 1
-    if ma == mb and da == db and ya.isdigit() and yb.isdigit() and abs(int(ya) - int(yb)) == 1:
-        return 2
-    return 3 if (ya == yb) + (ma == mb) + (da == db) == 2 else 4
-
-
-def _same(a: str, b: str) -> int | None:
-    if not a or not b:
-        return None
-    return 0 if a == b else 1
-
-
-def _text_level(a: str, b: str, levels: int) -> int | None:
-    if not a or not b:
-        return None
-    if a == b:
-        return 0
-    similarity = JaroWinkler.similarity(a, b)
-    if similarity >= 0.90:
-        return 1
-    if levels == 4 and similarity >= 0.75:
-        return 2
-    return levels - 1
-
-
-def _id_level(a: frozenset[str], b: frozenset[str]) -> int | None:
-    if not a or not b:
-        return None
-    if a & b:
-        return 0
-    if any(DamerauLevenshtein.distance(x, y) <= 1 for x in a for y in b):
-        return 1
-    return 2
-
-
-def _mrn_level(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> int | None:
-    if a & b:
-        return 0
-    # MRNs of different registers say nothing; the same register disagreeing does.
-    return 1 if {s for s, _ in a} & {s for s, _ in b} else None
-
-
-Vector = tuple[int | None, ...]  # one level index per field of FIELDS (None: missing)
-
-
-def compare(a: Demographics, b: Demographics, *, swapped: bool = False) -> Vector:
-    """The comparison vector of two records (names crosswise when ``swapped``)."""
-    ga, fa, gb, fb = a.given, a.family, b.given, b.family
-    ca_g, ca_f, cb_g, cb_f = a.codes[:2], a.codes[2:], b.codes[:2], b.codes[2:]
-    if swapped:
-        gb, fb, cb_g, cb_f = fb, gb, cb_f, cb_g
-    return (
-        _name_level(ga, gb, ca_g, cb_g),
-        _name_level(fa, fb, ca_f, cb_f),
-        _date_level(a.birth_date, b.birth_date),
-        _same(a.sex, b.sex),
-        _same(a.phone, b.phone),
-        _same(a.email, b.email),
-        _text_level(a.address, b.address, 4),
-        _text_level(a.city, b.city, 3),
-        _same(a.postcode, b.postcode),
-        _id_level(a.national_ids, b.national_ids),
-        _mrn_level(a.mrns, b.mrns),
-    )
+NAME_KEYS = ("names:", "fy:")  # the keys many records share (see PatientIndex.candidates)
 
 
 # -- the model -------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scored:
-    """A candidate's score against a query: probability, total weight, the fields that
-    agreed (best level) and disagreed (worst level), and whether names were swapped."""
+    """A candidate's score against a query: probability, total weight, the level of each
+    field, and which fields agreed (first level), agreed in part (a level between:
+    a nickname, a typo, a transposed birth date) and disagreed (weight at most 0)."""
 
     id: str
     probability: float
     weight: float
     agreed: tuple[str, ...]
+    partial: tuple[str, ...]
     disagreed: tuple[str, ...]
     levels: Mapping[str, str]
     names_swapped: bool = False
+    vector: Vector = ()
+
+
+# (levels, vector, weight) → the weight to use (the household rule of linkage.py)
+Adjust = Callable[[Mapping[str, str], Vector, float], float]
+
+
+def _key(vector: Vector) -> tuple[int, ...]:
+    return tuple(-1 if level is None else level for level in vector)
 
 
 @dataclass
@@ -302,6 +108,7 @@ class Model:
     u: dict[str, dict[str, float]]
     prior: float = DEFAULT_PRIOR
     _weights: list[list[float]] = field(default_factory=list, repr=False)
+    _kinds: list[list[int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         for name in FIELDS:
@@ -313,6 +120,10 @@ class Model:
             raise ValueError("the prior must be in (0, 1)")
         self._weights = [[math.log2(self.m[f][lv] / self.u[f][lv]) for lv in LEVELS[f]]
                          for f in FIELDS]
+        # per field and level: 0 agreement (the first level), 1 partial (positive
+        # weight), 2 disagreement
+        self._kinds = [[0 if n == 0 else 1 if w > 0 else 2 for n, w in enumerate(weights)]
+                       for weights in self._weights]
 
     @classmethod
     def from_table(cls, table: Mapping[str, Mapping[str, Sequence[float]]],
@@ -331,29 +142,51 @@ class Model:
             u[name] = {lv: float(levels[lv][1]) for lv in LEVELS[name]}
         return cls(m, u, prior)
 
-    def weight(self, vector: Vector) -> float:
-        return sum(self._weights[i][level] for i, level in enumerate(vector)
-                   if level is not None)
+    def weight(self, vector: Vector, ignore: Iterable[int] = ()) -> float:
+        """The weight of a comparison vector (fields at the positions ``ignore`` left
+        out, as if missing)."""
+        skip = set(ignore)
+        weights = self._weights
+        total = 0.0
+        for i, level in enumerate(vector):
+            if level is not None and i not in skip:
+                total += weights[i][level]
+        return total
+
+    def level_weight(self, field_index: int, level: int) -> float:
+        return self._weights[field_index][level]
 
     def probability(self, weight: float) -> float:
         odds = self.prior / (1 - self.prior) * 2.0 ** max(min(weight, 1000.0), -1000.0)
         return odds / (1 + odds)
 
-    def score(self, record_id: str, a: Demographics, b: Demographics) -> Scored:
-        straight = compare(a, b)
-        crosswise = compare(a, b, swapped=True)
-        weight, swapped = self.weight(straight), False
-        if a.given and a.family and a.given != a.family \
-                and (cross := self.weight(crosswise)) > weight:
-            straight, weight, swapped = crosswise, cross, True
-        levels = {f: LEVELS[f][lv] for f, lv in zip(FIELDS, straight, strict=True)
-                  if lv is not None}
-        agreed = tuple(f for f, lv in zip(FIELDS, straight, strict=True)
-                       if lv is not None and self._weights[FIELDS.index(f)][lv] > 0)
-        disagreed = tuple(f for f, lv in zip(FIELDS, straight, strict=True)
-                          if lv is not None and self._weights[FIELDS.index(f)][lv] <= 0)
-        return Scored(record_id, self.probability(weight), weight, agreed, disagreed,
-                      levels, swapped)
+    def score(self, record_id: str, a: Demographics, b: Demographics,
+              adjust: Adjust | None = None) -> Scored:
+        """``b`` (whose id is ``record_id``) scored against ``a``; the same whichever of
+        the two is ``a`` (every level is symmetric; crosswise both ways are tried).
+        ``adjust`` may change the weight once the levels are known."""
+        vector = compare(a, b)
+        weight, swapped = self.weight(vector), False
+        if maybe_swapped(a, b):
+            # both ways crosswise (a's given name with b's family name, and the other
+            # way), the better kept: the score stays symmetric
+            for crosswise in (compare(a, b, swapped=True), compare(b, a, swapped=True)):
+                cross = self.weight(crosswise)
+                if cross > weight or (swapped and cross == weight and _key(crosswise) <
+                                      _key(vector)):
+                    vector, weight, swapped = crosswise, cross, True
+        levels: dict[str, str] = {}
+        kinds: tuple[list[str], list[str], list[str]] = ([], [], [])  # agreed, partial, not
+        for i, level in enumerate(vector):
+            if level is not None:
+                name = FIELDS[i]
+                levels[name] = LEVELS[name][level]
+                kinds[self._kinds[i][level]].append(name)
+        agreed, partial, disagreed = kinds
+        if adjust is not None:
+            weight = adjust(levels, vector, weight)
+        return Scored(record_id, self.probability(weight), weight, tuple(agreed),
+                      tuple(partial), tuple(disagreed), levels, swapped, vector)
 
     def table(self) -> dict[str, dict[str, list[float]]]:
         return {f: {lv: [round(self.m[f][lv], 6), round(self.u[f][lv], 6)]
@@ -400,10 +233,8 @@ def estimate(vectors: Sequence[Vector], start: Model | None = None, *,
 def blocking_keys(d: Demographics) -> set[str]:
     """The keys a record is filed under (see the module docstring)."""
     keys = {f"nid:{n}" for n in d.national_ids}
-    if d.phone:
-        keys.add(f"tel:{d.phone}")
-    if d.email:
-        keys.add(f"mail:{d.email}")
+    keys |= {f"tel:{p}" for p in d.phones}
+    keys |= {f"mail:{e}" for e in d.emails}
     if d.birth_date:
         keys.add(f"dob:{d.birth_date}")
     _, given_code, _, family_code = d.codes
@@ -411,8 +242,8 @@ def blocking_keys(d: Demographics) -> set[str]:
         keys.add(f"fy:{family_code}:{d.birth_date[:4]}")
     if given_code and family_code:
         keys.add("names:" + ":".join(sorted((given_code, family_code))))
-    if d.postcode and d.family:
-        keys.add(f"pc:{d.postcode}:{d.family[0]}")
+    if d.address:
+        keys.add(f"addr:{d.address}")
     return keys
 
 
@@ -425,31 +256,40 @@ def query_keys(d: Demographics) -> set[str]:
         variants = {f"{date[:4]}-{date[8:10]}-{date[5:7]}",
                     f"{year - 1:04d}{date[4:]}", f"{year + 1:04d}{date[4:]}"}
         keys |= {f"dob:{v}" for v in variants if v != date}
-        family_code = d.codes[3]
-        if family_code:
-            keys |= {f"fy:{family_code}:{y}" for y in (year - 1, year + 1)}
     return keys
 
 
 class PatientIndex:
-    """Demographics of a population and their blocks, in memory."""
+    """Demographics of a population, their owners (organizations) and blocks, in
+    memory."""
 
     def __init__(self, block_limit: int = BLOCK_LIMIT) -> None:
         self.records: dict[str, Demographics] = {}
+        self.owners: dict[str, frozenset[str]] = {}
         self.blocks: dict[str, set[str]] = {}
         self.block_limit = block_limit
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def put(self, record_id: str, d: Demographics) -> None:
+    def __contains__(self, record_id: object) -> bool:
+        return record_id in self.records
+
+    def put(self, record_id: str, d: Demographics, owners: frozenset[str] = frozenset()
+            ) -> None:
+        old = self.records.get(record_id)
+        if old == d:
+            self.owners[record_id] = owners
+            return
         self.remove(record_id)
         self.records[record_id] = d
+        self.owners[record_id] = owners
         for key in blocking_keys(d):
             self.blocks.setdefault(key, set()).add(record_id)
 
     def remove(self, record_id: str) -> None:
         old = self.records.pop(record_id, None)
+        self.owners.pop(record_id, None)
         if old is None:
             return
         for key in blocking_keys(old):
@@ -460,12 +300,22 @@ class PatientIndex:
                     del self.blocks[key]
 
     def candidates(self, d: Demographics) -> set[str]:
+        """The records sharing a key with ``d``; of those met only through a name key
+        (many share a name), those whose birth date is entirely different are left out:
+        such a pair can score "possible" at most, never a link or a review (what it would
+        need, a phone, an e-mail, an address, a national id, finds it through its own
+        key), and there are many of them in a large index."""
         found: set[str] = set()
+        by_name: set[str] = set()
         for key in query_keys(d):
             members = self.blocks.get(key)
             if members and len(members) <= self.block_limit:
-                found |= members
-        return found
+                (by_name if key.startswith(NAME_KEYS) else found).update(members)
+        if len(d.birth_date) == 10:
+            records = self.records
+            by_name = {m for m in by_name - found
+                       if not date_disagrees(d.birth_date, records[m].birth_date)}
+        return found | by_name
 
     def match(self, model: Model, d: Demographics, *, threshold: float = 0.0,
               exclude: Iterable[str] = (), limit: int = 20) -> list[Scored]:
@@ -476,3 +326,7 @@ class PatientIndex:
         kept = [s for s in scored if s.probability >= threshold]
         kept.sort(key=lambda s: (-s.weight, s.id))
         return kept[:limit]
+
+
+__all__ = ["DEFAULT_MODEL", "Demographics", "Model", "PatientIndex", "Scored",
+           "blocking_keys", "estimate", "query_keys"]

@@ -37,8 +37,10 @@ from platform_api.envelope import (
     pagination,
 )
 from platform_api.facade import ApiContext, api_context, conflict_responses
-from platform_api.mpi.matching import Demographics
-from platform_api.mpi.service import MATCHES, Decider, linked_ids, mpi_of, pair_id
+from platform_api.mpi.decisions import MATCHES, Decider, pair_id
+from platform_api.mpi.demographics import Demographics
+from platform_api.mpi.reconcile import linked_ids
+from platform_api.mpi.service import mpi_of
 
 JSON = dict[str, Any]
 router = APIRouter(prefix="/api/mpi", tags=["master patient index"])
@@ -75,12 +77,17 @@ class MatchRequest(BaseModel):
 
 
 class MatchCandidate(BaseModel):
-    patient_id: str
+    patient_id: str = Field(description="The record in use (a record merged away answers "
+                            "as its golden record)")
     score: float = Field(description="Match probability, 0-1")
     weight: float = Field(description="Fellegi-Sunter weight (log2 likelihood ratio)")
-    grade: Grade
+    grade: Grade = Field(description="certain: the index would link it by itself")
     agreed: list[str]
+    partial: list[str] = Field(description="Fields that agree only in part (a nickname, a "
+                               "typo, a day and month transposed): see levels")
     disagreed: list[str]
+    levels: dict[str, str] = Field(description="The comparison level of each field")
+    hold: str | None = Field(description="Why a certain pair would wait for review")
     names_swapped: bool
     name: str | None = None
     date_of_birth: str | None = None
@@ -110,7 +117,14 @@ class MatchDecision(BaseModel):
     weight: float | None
     grade: Grade | None
     agreed: list[str]
+    partial: list[str] = []
     disagreed: list[str]
+    levels: dict[str, str] = {}
+    hold: str | None = Field(default=None, description="Why the pair waited (or waits) for "
+                             "review instead of an automatic link")
+    via: list[str] | None = Field(default=None, description="The pair through which a "
+                                  "record joined its golden record's cluster, when the two "
+                                  "do not match directly")
     names_swapped: bool
     source: str
     reason: str | None
@@ -169,7 +183,7 @@ def decider(ctx: ApiContext) -> Decider:
 
 
 def _view(decision: JSON) -> JSON:
-    return {k: v for k, v in decision.items() if k != "levels"}
+    return {k: v for k, v in decision.items() if k != "restore"}
 
 
 @router.post("/match", response_model=Envelope[MatchResult],
@@ -183,20 +197,22 @@ async def match(body: MatchRequest, ctx: ApiContext = Depends(api_context)) -> A
         address=address.line, city=address.city, postcode=address.postal_code,
         national_ids=[body.national_id] if body.national_id else [],
         region=ctx.services.settings.mpi_default_region)
-    threshold = ctx.services.settings.mpi_link_threshold if body.only_certain else None
-    found = await mpi.match(query, limit=body.limit, threshold=threshold)
+    found = await mpi.match(query, limit=body.limit)
     candidates = []
-    for scored in found:
+    for pair in found:
+        if body.only_certain and pair.grade != "certain":
+            continue
+        scored = pair.scored
         patient = await ctx.fhir.find_json("Patient", scored.id)
         if patient is None:
-            mpi.index.remove(scored.id)
             continue
         name = (patient.get("name") or [{}])[0]
         candidates.append({
             "patient_id": scored.id, "score": round(scored.probability, 6),
-            "weight": round(scored.weight, 3), "grade": mpi.grade(scored.probability),
-            "agreed": list(scored.agreed), "disagreed": list(scored.disagreed),
-            "names_swapped": scored.names_swapped,
+            "weight": round(scored.weight, 3), "grade": pair.grade,
+            "agreed": list(scored.agreed), "partial": list(scored.partial),
+            "disagreed": list(scored.disagreed), "levels": dict(scored.levels),
+            "hold": pair.hold, "names_swapped": scored.names_swapped,
             "name": " ".join([*name.get("given", []), name.get("family", "")]).strip() or None,
             "date_of_birth": patient.get("birthDate"), "gender": patient.get("gender"),
             "linked_to": sorted(linked_ids(patient))})

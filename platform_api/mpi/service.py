@@ -1,104 +1,79 @@
-"""The master patient index at run time: the index of every Patient, the matches it finds,
-and the links it writes.
+"""The master patient index at run time: the index of every Patient, the clusters it forms
+and keeps, and the links people make and undo.
 
-**Index.** :class:`Mpi` keeps a :class:`~platform_api.mpi.matching.PatientIndex` of the
-store's Patients in memory. It catches up with the store before each use (``sync``: one
-search for the Patients changed since it last looked, ``_lastUpdated`` ascending), so a
-process sees what another wrote; a deleted or vanished Patient leaves it when a lookup
-meets it.
+**Index.** :class:`Mpi` keeps a :class:`~platform_api.mpi.matching.PatientIndex` of every
+Patient in the store (records merged away included: a new record is compared with every
+record of a cluster, not only its golden one), with each one's owners (organizations)
+and links. It catches up with the store before each use (``sync``: one search for the
+Patients changed since it last looked, ``_lastUpdated`` ascending), so a process sees
+what another wrote.
 
-**Background comparison.** Every new or changed Patient (whatever wrote it: /api, /fhir,
-HL7v2) comes as ``platform.fhir.resource_created`` / ``_updated`` on the bus; the
-consumer ``mpi_compare`` matches it against the index: a pair at or above
-``mpi_link_threshold`` is linked at once,
-one between ``mpi_review_threshold`` and that becomes a candidate for review. The record
-created first is the golden record (an event may be handled after a later duplicate was
-stored). A pair that
-has a decision (candidate, linked, rejected, unlinked) is never proposed again.
+**Background comparison.** Every new, changed or deleted Patient (whatever wrote it:
+/api, /fhir, HL7v2) comes as ``platform.fhir.resource_*`` on the bus; the consumers
+``mpi_compare_*`` *reconcile* its neighbourhood: the records reached from it through
+certain pairs and existing links (:meth:`~platform_api.mpi.linkage.Linker.neighbourhood`)
+are clustered afresh (:meth:`~platform_api.mpi.linkage.Linker.cluster`, with people's
+decisions as constraints), and :func:`~platform_api.mpi.reconcile.plan_changes` says what
+to write: links of records that joined, left or changed golden record, decisions, and
+candidates for review. As clustering does not depend on the order records arrive in, a
+population gives the same clusters however it was loaded. Automatic links stay within
+one organization unless ``mpi_auto_link_across_organizations``: across organizations a
+certain pair is a candidate for review.
 
-**Match decisions** are documents (``mpi_matches``, one per pair of Patients, its id
-derived from the pair): the two ids, score, grade, the fields that agreed and disagreed,
-status (candidate → linked | rejected; linked → unlinked; unlinked → linked), the link
-type, the golden record, who decided and when, and their history. **Links are FHIR**:
-``replaced-by`` on the record merged away and ``replaces`` on the golden record, or
-``seealso`` both ways. Every link, unlink and review writes both Patients, the decision,
-an AuditEvent (DCM 110110 Patient Record) and an event in one unit of work.
+**People's decisions** (link by hand, accept or reject a candidate, undo a link) are
+written with the reconciliation they cause, in one unit of work: both Patients (or the
+whole cluster's), the decisions, an AuditEvent (DCM 110110 Patient Record) and an event
+each. ``seealso`` links (both records stay in use) are pairs only, outside clusters.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
+from fhir_server.ownership import intrinsic_owners, owner_labels
 from fhir_server.store import ConditionChanged, DuplicateDocument, VersionConflict
 from platform_api.envelope import ApiError, conflict, not_found
-from platform_api.facade import StatusTable
-from platform_api.mpi.matching import Demographics, Model, PatientIndex, Scored, demographics
+from platform_api.mpi.decisions import (
+    ACTIONS,
+    MATCHER,
+    MATCHES,
+    STATUSES,
+    TOPICS,
+    Decider,
+    audit_event,
+    event_payload,
+    moved,
+    new_decision,
+    pair_id,
+    scores,
+)
+from platform_api.mpi.demographics import Demographics, demographics
+from platform_api.mpi.linkage import Linker, Pair, Rules
+from platform_api.mpi.matching import Model, PatientIndex
+from platform_api.mpi.reconcile import (
+    Changes,
+    constraints_of,
+    linked_ids,
+    managed_links,
+    plan_changes,
+    replaced_by,
+)
 from platform_api.services import Services
 
 log = logging.getLogger("healthplatform.mpi")
 JSON = dict[str, Any]
-MATCHES = "mpi_matches"
 EXTRAS_KEY = "mpi"
 CONSUMER = "mpi_compare"
-PAIR_NAMESPACE = uuid.UUID("5b0f6c1e-4f5a-4c1b-9a39-2f1d6c7e8a10")
 SERVICE = "mpi"
-
-TOPIC_LINKED = "platform.mpi.patients_linked"
-TOPIC_UNLINKED = "platform.mpi.patients_unlinked"
-TOPIC_CANDIDATE = "platform.mpi.candidate_found"
-TOPIC_REVIEWED = "platform.mpi.candidate_reviewed"
-
-# The moves of a match decision (a refused one is 409 INVALID_TRANSITION).
-STATUSES = StatusTable.of(candidate=("linked", "rejected"), linked=("unlinked",),
-                          unlinked=("linked",), rejected=("linked",))
-LINK_TYPES = ("replaced-by", "seealso")
 OTHER_SIDE = {"replaced-by": "replaces", "seealso": "seealso"}
-DCM = "http://dicom.nema.org/resources/ontology/DCM"
-USER_SYSTEM = "urn:healthplatform:user"
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def pair_id(a: str, b: str) -> str:
-    return str(uuid.uuid5(PAIR_NAMESPACE, "|".join(sorted((a, b)))))
-
-
-def linked_ids(patient: JSON) -> dict[str, str]:
-    """The Patients this one links to, with the link type."""
-    found = {}
-    for link in patient.get("link") or []:
-        reference = str((link.get("other") or {}).get("reference") or "")
-        if reference.startswith("Patient/"):
-            found[reference.removeprefix("Patient/")] = str(link.get("type"))
-    return found
-
-
-def is_replaced(patient: JSON) -> bool:
-    return "replaced-by" in linked_ids(patient).values()
-
-
-@dataclass(frozen=True)
-class Decider:
-    """Who decides: a person (their user id) or the matcher itself."""
-
-    user_id: str | None
-    email: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.user_id or "mpi-matcher"
-
-
-MATCHER = Decider(None)
+ATTEMPTS = 3  # a reconciliation meeting a Patient changed meanwhile starts again
+LARGE_NEIGHBOURHOOD = 60
 
 
 class Mpi:
@@ -107,10 +82,16 @@ class Mpi:
         settings = services.settings
         self.settings = settings
         self.model = Model.from_table(settings.mpi_model, settings.mpi_prior)
+        self.rules = Rules(settings.mpi_link_threshold, settings.mpi_review_threshold,
+                           settings.mpi_possible_threshold,
+                           settings.mpi_auto_link_across_organizations,
+                           settings.mpi_auto_link)
         self.index = PatientIndex()
+        self.links: dict[str, dict[str, str]] = {}  # Patient id → its managed links
         self._synced: str | None = None
         self._seen_at_mark: set[str] = set()
-        self._lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()
+        self._reconcile_lock = asyncio.Lock()
         self.system = CallerFhir(services.fhir, SYSTEM)
         if not (settings.mpi_possible_threshold <= settings.mpi_review_threshold
                 <= settings.mpi_link_threshold):
@@ -122,14 +103,18 @@ class Mpi:
                             self.settings.mpi_default_region)
 
     def file(self, patient: JSON) -> None:
-        if patient.get("active") is False or is_replaced(patient):
-            self.index.remove(str(patient["id"]))  # not a live candidate
-        else:
-            self.index.put(str(patient["id"]), self.demographics(patient))
+        pid = str(patient["id"])
+        self.index.put(pid, self.demographics(patient),
+                       owner_labels(patient) or intrinsic_owners(patient))
+        self.links[pid] = managed_links(patient)
+
+    def forget(self, patient_id: str) -> None:
+        self.index.remove(patient_id)
+        self.links.pop(patient_id, None)
 
     async def sync(self) -> None:
         """Catch up with the Patients written since the last look."""
-        async with self._lock:
+        async with self._sync_lock:
             while True:
                 params = [("_sort", "_lastUpdated")]
                 if self._synced:
@@ -148,23 +133,39 @@ class Mpi:
                 if len(found) < 10_000 or not fresh:
                     return
 
-    def grade(self, probability: float) -> str | None:
-        s = self.settings
-        if probability >= s.mpi_link_threshold:
-            return "certain"
-        if probability >= s.mpi_review_threshold:
-            return "probable"
-        if probability >= s.mpi_possible_threshold:
-            return "possible"
-        return None
+    def linker(self) -> Linker:
+        return Linker(self.index, self.model, self.rules)
+
+    def golden_of(self, patient_id: str) -> str:
+        """The record in use for ``patient_id``: its golden record when merged away."""
+        seen = {patient_id}
+        current = patient_id
+        while True:
+            nxt = next((o for o, t in self.links.get(current, {}).items()
+                        if t == "replaced-by"), None)
+            if nxt is None or nxt in seen:
+                return current
+            seen.add(nxt)
+            current = nxt
+
+    def cluster_of(self, patient_id: str) -> set[str]:
+        golden = self.golden_of(patient_id)
+        return {golden, *(o for o, t in self.links.get(golden, {}).items() if t == "replaces")}
 
     async def match(self, query: Demographics, *, limit: int = 20,
-                    exclude: set[str] | None = None, threshold: float | None = None
-                    ) -> list[Scored]:
+                    threshold: float | None = None) -> list[Pair]:
+        """The records matching ``query``, best first; a record merged away answers as
+        its golden record (with its own score), each record once."""
         await self.sync()
         floor = self.settings.mpi_possible_threshold if threshold is None else threshold
-        return self.index.match(self.model, query, threshold=floor, exclude=exclude or (),
-                                limit=limit)
+        found = self.linker().match(query, threshold=floor, limit=limit * 3)
+        answered: dict[str, Pair] = {}
+        for pair in found:
+            golden = self.golden_of(pair.ids[1])
+            if golden not in answered and golden in self.index:
+                answered[golden] = replace(pair, ids=("", golden),
+                                           scored=replace(pair.scored, id=golden))
+        return list(answered.values())[:limit]
 
     # -- the background comparison --------------------------------------------------------------
     async def on_patient_event(self, event: JSON) -> None:
@@ -173,128 +174,157 @@ class Mpi:
             return
         patient_id = str(payload.get("id"))
         if event.get("topic", "").endswith("resource_deleted"):
-            self.index.remove(patient_id)
+            await self.sync()
+            cluster = self.cluster_of(patient_id) - {patient_id}
+            self.forget(patient_id)
+            if cluster:
+                await self.reconcile(cluster)
             return
         await self.compare(patient_id)
 
     async def compare(self, patient_id: str) -> None:
-        """Link or propose what matches this Patient (see the module docstring)."""
+        """Re-form the clusters around this Patient (see the module docstring)."""
+        await self.sync()
         patient = await self.system.find_json("Patient", patient_id)
         if patient is None:
-            self.index.remove(patient_id)
+            cluster = self.cluster_of(patient_id) - {patient_id}
+            self.forget(patient_id)
+            if cluster:
+                await self.reconcile(cluster)
             return
         self.file(patient)
-        if patient.get("active") is False or is_replaced(patient):
-            return
-        exclude = {patient_id, *linked_ids(patient)}
-        found = await self.match(self.demographics(patient), exclude=exclude,
-                                 threshold=self.settings.mpi_review_threshold, limit=10)
-        for scored in found:
-            if await self.services.store.get_document(
-                    MATCHES, pair_id(patient_id, scored.id)) is not None:
-                continue  # decided (or proposed) before: never again
-            if await self.system.find_json("Patient", scored.id) is None:
-                self.index.remove(scored.id)  # deleted through another process
-                continue
-            certain = scored.probability >= self.settings.mpi_link_threshold
-            golden, other = await self.older_first(scored.id, patient_id)
-            try:
-                if certain and self.settings.mpi_auto_link:
-                    await self.link(self.system, golden, other, "replaced-by",
-                                    MATCHER, scored=scored, source="automatic")
-                    if other == patient_id:
-                        return  # merged away: no more candidates for it
+        await self.reconcile({patient_id})
+
+    async def reconcile(self, seeds: Iterable[str], *, caller: CallerFhir | None = None,
+                        decided: Iterable[JSON] = (), decider: Decider = MATCHER
+                        ) -> dict[str, JSON]:
+        """Cluster the neighbourhood of ``seeds`` afresh and write what changed, with a
+        person's ``decided`` decisions; the decisions written, by id."""
+        seeds, decided = set(seeds), list(decided)
+        for attempt in range(ATTEMPTS):
+            await self.sync()
+            async with self._reconcile_lock:
+                changes = await self._changes(seeds, decided, decider)
+                try:
+                    await self._write(caller or self.system, changes)
+                except (VersionConflict, ConditionChanged, DuplicateDocument):
+                    if attempt + 1 == ATTEMPTS:
+                        raise conflict("PATIENT_CHANGED", "A patient changed while being "
+                                       "linked; try again") from None
                     continue
-                await self.propose(golden, other, scored)
-            except ApiError as refused:  # the other record changed meanwhile
-                log.info("MPI left %s / %s: %s", patient_id, scored.id, refused.message)
-            except DuplicateDocument:  # the other record's own comparison got there first
+            return {i: doc for i, (doc, _, _) in changes.decisions.items()}
+        return {}
+
+    async def _changes(self, seeds: set[str], decided: list[JSON], decider: Decider
+                       ) -> Changes:
+        linker = self.linker()
+        reached, pairs = linker.neighbourhood(
+            seeds, lambda pid: list(self.links.get(pid, {})))
+        if len(reached) > LARGE_NEIGHBOURHOOD:
+            log.warning("MPI neighbourhood of %d records around %s", len(reached),
+                        sorted(seeds)[:3])
+        patients: dict[str, JSON] = {}
+        for pid in sorted(reached):
+            patient = await self.system.find_json("Patient", pid)
+            if patient is None:
+                self.forget(pid)
                 continue
+            patients[pid] = patient
+        reached &= set(patients)
+        reviewable = [p.ids for p in pairs if p.scored.probability >= self.rules.review_threshold]
+        stored = await self._decisions(sorted(reached), reviewable)
+        existing = {**stored, **{d["id"]: d for d in decided}}
+        constraints = constraints_of(existing.values(), patients)
+        ends = reached | {i for pair in reviewable for i in pair}
+        created = await self.services.store.created_instants("Patient", sorted(ends))
+        plan = linker.cluster(reached, pairs, constraints, created)
+        return plan_changes(plan, linker, patients, stored, created, decided=decided,
+                            decider=decider)
 
-    async def older_first(self, a: str, b: str) -> tuple[str, str]:
-        """The pair with the record created first (the golden record to be) first: events
-        may be handled late, after a later duplicate was stored."""
-        created = await self.services.store.created_instants("Patient", [a, b])
-        return (b, a) if created.get(b, "~") < created.get(a, "~") else (a, b)
+    async def _decisions(self, ids: list[str], more: Iterable[tuple[str, str]]
+                         ) -> dict[str, JSON]:
+        """The decisions of the pairs among ``ids``, and of the pairs ``more``."""
+        wanted = {pair_id(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]}
+        wanted |= {pair_id(a, b) for a, b in more}
+        found = {}
+        for doc_id in sorted(wanted):
+            doc = await self.services.store.get_document(MATCHES, doc_id)
+            if doc is not None:
+                found[doc_id] = doc
+        return found
 
-    async def propose(self, golden: str, other: str, scored: Scored) -> None:
-        decision = self._decision(golden, other, scored, "candidate", None,
-                                  source="automatic")
-        unit = self.system.unit()
+    async def _write(self, caller: CallerFhir, changes: Changes) -> None:
+        if not changes.patients and not changes.decisions:
+            return
+        unit = caller.unit()
         async with unit:
-            unit.insert_document(MATCHES, decision["id"], decision)
-            unit.emit(TOPIC_CANDIDATE, _event_payload(decision), source_service=SERVICE)
+            for patient in changes.patients.values():
+                await unit.update(patient, if_match=int(patient["meta"]["versionId"]))
+            for doc, new, decider in changes.decisions.values():
+                (unit.insert_document if new else unit.put_document)(MATCHES, doc["id"], doc)
+                action = ACTIONS.get(doc["status"])
+                if action is not None:
+                    await unit.create(audit_event(doc, action, decider,
+                                                  self.settings.service_name))
+                unit.emit(TOPICS[doc["status"]], event_payload(doc), source_service=SERVICE)
             await unit.commit()
+        for pid in changes.patients:
+            fresh = await self.system.find_json("Patient", pid)
+            if fresh is not None:
+                self.file(fresh)
 
-    def _decision(self, golden: str, other: str, scored: Scored | None, status: str,
-                  link_type: str | None, *, source: str, decider: Decider = MATCHER,
-                  reason: str | None = None) -> JSON:
-        stamp = now()
-        decision: JSON = {
-            "id": pair_id(golden, other), "patient_ids": sorted((golden, other)),
-            "golden_id": golden, "other_id": other, "status": status,
-            "link_type": link_type, "source": source, "reason": reason,
-            "score": None, "weight": None, "grade": None, "agreed": [], "disagreed": [],
-            "levels": {}, "names_swapped": False, "decided_by": None, "decided_at": None,
-            "created_at": stamp, "updated_at": stamp, "history": [],
-        }
-        if scored is not None:
-            decision.update(score=round(scored.probability, 6),
-                            weight=round(scored.weight, 3), grade=self.grade(scored.probability),
-                            agreed=list(scored.agreed), disagreed=list(scored.disagreed),
-                            levels=dict(scored.levels), names_swapped=scored.names_swapped)
-        if status != "candidate":
-            decision.update(decided_by=decider.name, decided_at=stamp)
-        decision["history"] = [{"status": status, "by": decider.name, "at": stamp,
-                                "reason": reason}]
-        return decision
-
-    async def score_pair(self, a: JSON, b: JSON) -> Scored:
-        return self.model.score(str(b["id"]), self.demographics(a), self.demographics(b))
-
-    # -- links ----------------------------------------------------------------------------
+    # -- people's decisions ------------------------------------------------------------------
     async def link(self, caller: CallerFhir, golden_id: str, other_id: str, link_type: str,
-                   decider: Decider, *, scored: Scored | None = None, source: str = "manual",
-                   reason: str | None = None, decision: JSON | None = None) -> JSON:
-        """Link two Patients (``replaced-by``: ``other`` is merged into ``golden``); the
-        decision stored."""
+                   decider: Decider, *, reason: str | None = None,
+                   decision: JSON | None = None) -> JSON:
+        """Link two Patients by hand (``replaced-by``: ``other`` is merged into
+        ``golden``'s cluster; ``seealso``: both stay in use); the decision stored."""
         if golden_id == other_id:
             raise ApiError(422, "VALIDATION_ERROR", "A patient cannot be linked to itself",
                            field="other_patient_id")
         golden, other = await _patient(caller, golden_id), await _patient(caller, other_id)
-        if other_id in linked_ids(golden) or golden_id in linked_ids(other):
+        await self.sync()
+        if other_id in linked_ids(golden) or golden_id in linked_ids(other) or (
+                link_type == "replaced-by" and other_id in self.cluster_of(golden_id)):
             raise conflict("ALREADY_LINKED", "These patients are already linked")
-        if link_type == "replaced-by" and is_replaced(golden):
+        if link_type == "replaced-by" and replaced_by(golden) is not None:
             raise conflict("GOLDEN_RECORD_REPLACED", "The golden record has itself been "
                            "replaced: link to the record that replaced it")
-        scored = scored or await self.score_pair(golden, other)
+        pair = self.linker().pair(golden_id, other_id) if {golden_id, other_id} <= set(
+            self.index.records) else None
         stored = decision or await self.services.store.get_document(
             MATCHES, pair_id(golden_id, other_id))
         if stored is not None:
-            record = self._moved(stored, "linked", decider, reason, golden_id=golden_id,
-                                 other_id=other_id, link_type=link_type)
+            record = moved(stored, "linked", decider, reason, golden_id=golden_id,
+                           other_id=other_id, link_type=link_type, source="manual")
         else:
-            record = self._decision(golden_id, other_id, scored, "linked", link_type,
-                                    source=source, decider=decider, reason=reason)
-        golden_links = [*(golden.get("link") or []),
-                        {"other": {"reference": f"Patient/{other_id}"},
-                         "type": OTHER_SIDE[link_type]}]
-        other_links = [*(other.get("link") or []),
-                       {"other": {"reference": f"Patient/{golden_id}"}, "type": link_type}]
-        await self._write(caller, [(golden, golden_links), (other, other_links)], record,
-                          TOPIC_LINKED, "link", decider, stored is None)
-        return record
+            record = new_decision(golden_id, other_id, pair, "linked", link_type,
+                                  source="manual", decider=decider, reason=reason)
+        if link_type == "seealso":
+            await self._pair_write(caller, [(golden, other_id, "seealso"),
+                                            (other, golden_id, "seealso")], record,
+                                   stored is None, decider)
+            return record
+        written = await self.reconcile({golden_id, other_id}, caller=caller,
+                                       decided=[record], decider=decider)
+        return written.get(record["id"], record)
 
     async def unlink(self, caller: CallerFhir, decision: JSON, decider: Decider,
                      reason: str | None) -> JSON:
+        """Undo a link: the pair is kept apart from now on, its records' links are
+        removed and what the link changed on them (``active``) put back."""
         STATUSES.check(decision["status"], "unlinked")
         golden = await _patient(caller, decision["golden_id"])
         other = await _patient(caller, decision["other_id"])
-        record = self._moved(decision, "unlinked", decider, reason)
-        await self._write(caller, [(golden, _without(golden, other["id"])),
-                                   (other, _without(other, golden["id"]))],
-                          record, TOPIC_UNLINKED, "unlink", decider, False)
-        return record
+        record = moved(decision, "unlinked", decider, reason)
+        if decision.get("link_type") == "seealso":
+            await self._pair_write(caller, [(golden, other["id"], None),
+                                            (other, golden["id"], None)], record, False,
+                                   decider)
+            return record
+        written = await self.reconcile(set(decision["patient_ids"]), caller=caller,
+                                       decided=[record], decider=decider)
+        return written.get(record["id"], record)
 
     async def review(self, caller: CallerFhir, decision: JSON, accept: bool,
                      decider: Decider, reason: str | None, link_type: str) -> JSON:
@@ -302,48 +332,34 @@ class Mpi:
             raise conflict("NOT_A_CANDIDATE", f"This match is {decision['status']}, not a "
                            "candidate waiting for review")
         if accept:
-            record = await self.link(caller, decision["golden_id"], decision["other_id"],
-                                     link_type, decider, reason=reason, decision=decision)
-        else:
-            record = self._moved(decision, "rejected", decider, reason)
-            await self._write(caller, [], record, TOPIC_REVIEWED, "review", decider, False)
-            return record
-        return record
+            return await self.link(caller, decision["golden_id"], decision["other_id"],
+                                   link_type, decider, reason=reason, decision=decision)
+        for pid in decision["patient_ids"]:
+            await _patient(caller, pid)
+        record = moved(decision, "rejected", decider, reason)
+        written = await self.reconcile(set(decision["patient_ids"]), caller=caller,
+                                       decided=[record], decider=decider)
+        return written.get(record["id"], record)
 
-    def _moved(self, decision: JSON, status: str, decider: Decider, reason: str | None,
-               **changes: Any) -> JSON:
-        STATUSES.check(decision["status"], status)
-        stamp = now()
-        return {**decision, **changes, "status": status, "decided_by": decider.name,
-                "decided_at": stamp, "updated_at": stamp, "reason": reason,
-                "history": [*decision.get("history", []),
-                            {"status": status, "by": decider.name, "at": stamp,
-                             "reason": reason}]}
-
-    async def _write(self, caller: CallerFhir, patients: list[tuple[JSON, list[JSON]]],
-                     record: JSON, topic: str, action: str, decider: Decider,
-                     new: bool) -> None:
-        unit = caller.unit()
+    async def _pair_write(self, caller: CallerFhir, sides: list[tuple[JSON, str, str | None]],
+                          record: JSON, new: bool, decider: Decider) -> None:
+        """A ``seealso`` link written or removed on both Patients, with its decision."""
+        changes = Changes()
+        for patient, other, kind in sides:
+            links = [link for link in patient.get("link") or []
+                     if (link.get("other") or {}).get("reference") != f"Patient/{other}"]
+            if kind is not None:
+                links.append({"other": {"reference": f"Patient/{other}"}, "type": kind})
+            body = {k: v for k, v in patient.items() if k != "link"}
+            if links:
+                body["link"] = links
+            changes.patients[str(patient["id"])] = body
+        changes.decide(record, new, decider)
         try:
-            async with unit:
-                for patient, links in patients:
-                    changed = {k: v for k, v in patient.items() if k != "link"}
-                    if links:
-                        changed["link"] = links
-                    await unit.update(changed, if_match=int(patient["meta"]["versionId"]))
-                (unit.insert_document if new else unit.put_document)(
-                    MATCHES, record["id"], record)
-                await unit.create(audit_event(record, action, decider,
-                                              self.settings.service_name))
-                unit.emit(topic, _event_payload(record), source_service=SERVICE)
-                await unit.commit()
+            await self._write(caller, changes)
         except (VersionConflict, ConditionChanged):
             raise conflict("PATIENT_CHANGED", "A patient changed while being linked; try "
                            "again") from None
-        for patient, _ in patients:
-            fresh = await self.system.find_json("Patient", str(patient["id"]))
-            if fresh is not None:
-                self.file(fresh)
 
     async def decision(self, match_id: str) -> JSON:
         found = await self.services.store.get_document(MATCHES, match_id)
@@ -352,53 +368,11 @@ class Mpi:
         return found
 
 
-def _without(patient: JSON, other_id: str) -> list[JSON]:
-    return [link for link in patient.get("link") or []
-            if (link.get("other") or {}).get("reference") != f"Patient/{other_id}"]
-
-
 async def _patient(caller: CallerFhir, patient_id: str) -> JSON:
     patient = await caller.find_json("Patient", patient_id)
     if patient is None:
         raise not_found(f"Patient {patient_id}")
     return patient
-
-
-def _event_payload(record: JSON) -> JSON:
-    return {key: record[key] for key in ("id", "patient_ids", "golden_id", "other_id",
-                                         "status", "link_type", "score", "grade", "source",
-                                         "decided_by")}
-
-
-def audit_event(record: JSON, action: str, decider: Decider, site: str) -> JSON:
-    """The AuditEvent of a link, unlink or review: DCM 110110 Patient Record, both
-    Patients as entities, the decider as agent (the matcher itself when automatic)."""
-    who: JSON = ({"identifier": {"system": USER_SYSTEM, "value": decider.user_id}}
-                 if decider.user_id else {"display": "MPI matcher"})
-    if decider.email:
-        who["display"] = decider.email
-    return {
-        "resourceType": "AuditEvent",
-        "type": {"system": DCM, "code": "110110", "display": "Patient Record"},
-        "subtype": [{"system": "urn:healthplatform:mpi", "code": action,
-                     "display": f"MPI {action}"}],
-        "action": "U" if action != "review" else "E",
-        "recorded": now(),
-        "outcome": "0",
-        "outcomeDesc": f"MPI {action}: {record['status']} ({record.get('link_type') or '-'})"
-                       f" score {record.get('score')}",
-        "agent": [{"type": {"coding": [{
-            "system": "http://terminology.hl7.org/CodeSystem/extra-security-role-type",
-            "code": "humanuser" if decider.user_id else "dataprocessor"}]},
-            "who": who, "requestor": True}],
-        "source": {"site": site, "observer": {"display": f"{site} master patient index"}},
-        "entity": [{"what": {"reference": f"Patient/{pid}"},
-                    "type": {"system": "http://terminology.hl7.org/CodeSystem/audit-entity-type",
-                             "code": "1", "display": "Person"},
-                    "role": {"system": "http://terminology.hl7.org/CodeSystem/object-role",
-                             "code": "1", "display": "Patient"}}
-                   for pid in record["patient_ids"]],
-    }
 
 
 def mpi_of(services: Services) -> Mpi:
@@ -419,4 +393,4 @@ def start(services: Services) -> Mpi:
     return mpi
 
 
-__all__ = ["MATCHES", "Decider", "Mpi", "mpi_of", "pair_id", "start"]
+__all__ = ["MATCHES", "Decider", "Mpi", "mpi_of", "pair_id", "scores", "start"]

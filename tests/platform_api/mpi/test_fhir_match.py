@@ -27,8 +27,9 @@ async def post_match(clinic: Clinic, who: str, body: Any) -> Any:
 
 
 async def test_match_answers_a_searchset_with_scores_and_grades(clinic: Clinic):
+    # day and month transposed: never agreement, so probable at best
     namesake = await register(clinic, first_name="Amina", last_name="Odhiambo",
-                              date_of_birth="1988-05-12", gender="female")
+                              date_of_birth="1988-12-04", gender="female")
     response = await post_match(clinic, "platform_admin", parameters(AMINA))
     assert response.status_code == 200, response.text
     bundle = response.json()
