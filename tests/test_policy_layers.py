@@ -58,6 +58,8 @@ ELEVATIONS: dict[str, set[str]] = {
     "platform_api/labs.py": {"hl7 gateway: store what the lab and clinical interfaces send"},
     "platform_api/subscriptions/service.py": {
         "subscriptions: index the active Subscriptions and write their status"},
+    "platform_api/mpi/service.py": {
+        "patient index: read every Patient to match, and write the links it decides"},
     "platform_api/organizations/admissions.py": {
         "admission: the occupancy status of the beds (Location) the stay takes and leaves"},
     "platform_api/organizations/messaging.py": {

@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.ownership import intrinsic_owners, owner_labels
 from fhir_server.store import ConditionChanged, DuplicateDocument, VersionConflict
@@ -92,7 +91,8 @@ class Mpi:
         self._seen_at_mark: set[str] = set()
         self._sync_lock = asyncio.Lock()
         self._reconcile_lock = asyncio.Lock()
-        self.system = CallerFhir(services.fhir, SYSTEM)
+        self.system = services.policy.elevate(
+            "patient index: read every Patient to match, and write the links it decides")
         if not (settings.mpi_possible_threshold <= settings.mpi_review_threshold
                 <= settings.mpi_link_threshold):
             raise ValueError("MPI thresholds: possible <= review <= link")
