@@ -88,6 +88,15 @@ class ConformanceContext:
     def type_profile(self, type_code: str) -> Profile | None:
         return self.profile(core_url(type_code))
 
+    def supported_profiles(self) -> dict[str, list[str]]:
+        """Resource type → the profiles (constraints) on it the server knows."""
+        found: dict[str, set[str]] = {}
+        for sd in [*shipped_structure_definitions().values(),
+                   *self.stored_of("StructureDefinition")]:
+            if sd.get("derivation") == "constraint" and sd.get("kind") == "resource":
+                found.setdefault(str(sd.get("type")), set()).add(str(sd["url"]))
+        return {kind: sorted(urls) for kind, urls in found.items()}
+
     def profiles_of_type(self, resource_type: str) -> list[str]:
         """The URLs of the profiles (constraints) on ``resource_type`` the server knows."""
         found = [sd["url"] for sd in shipped_structure_definitions().values()

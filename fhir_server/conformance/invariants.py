@@ -48,8 +48,9 @@ MODEL = models["r4"]
 NATIVE = frozenset({"ele-1", "ext-1", "txt-1", "txt-2"})
 # Functions whose argument is evaluated once per input item: when the input is empty the
 # argument is never evaluated, so what it reaches does not matter to the guard.
-ITERATING = frozenset({"where", "all", "exists", "select", "repeat", "any", "iif_item",
-                       "aggregate"})
+ITERATING = frozenset({"where", "all", "exists", "select", "repeat", "any", "aggregate",
+                       # trace(name, x) passes its input through: x never changes a result
+                       "trace"})
 # FHIRPath constants that do not depend on the instance.
 CONSTANTS = frozenset({"ucum", "sct", "loinc"})
 

@@ -21,7 +21,7 @@ XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
 # contained stylesheets" (the reference validator's list).
 ALLOWED_ELEMENTS = frozenset({
     "p", "br", "div", "h1", "h2", "h3", "h4", "h5", "h6", "a", "span", "b", "em", "i",
-    "strong", "small", "big", "tt", "small", "dfn", "q", "var", "abbr", "acronym", "cite",
+    "strong", "small", "big", "tt", "dfn", "q", "var", "abbr", "acronym", "cite",
     "blockquote", "hr", "address", "bdo", "kbd", "code", "samp", "img", "map", "area",
     "pre", "sub", "sup", "ul", "ol", "li", "dl", "dt", "dd", "table", "caption", "thead",
     "tfoot", "tbody", "colgroup", "col", "tr", "th", "td", "ins", "del", "u", "s", "font",

@@ -18,7 +18,8 @@ from typing import Any
 
 from fhir_server.conformance.definitions import resource_type_names
 
-_RELATIVE = re.compile(r"^([A-Z][A-Za-z]+)/([A-Za-z0-9\-.]{1,64})(?:/_history/([A-Za-z0-9\-.]{1,64}))?$")
+_ID = r"[A-Za-z0-9\-.]{1,64}"
+_RELATIVE = re.compile(rf"^([A-Z][A-Za-z]+)/({_ID})(?:/_history/({_ID}))?$")
 _ABSOLUTE_REST = re.compile(
     r"^(?:https?://[^\s]+?/)([A-Z][A-Za-z]+)/([A-Za-z0-9\-.]{1,64})(?:/_history/([A-Za-z0-9\-.]{1,64}))?$")
 
@@ -52,7 +53,7 @@ def parse_reference(reference: str) -> ParsedReference:
 def reference_problem(reference: str) -> str | None:
     """Why ``reference`` is not a valid literal reference, or None."""
     if reference.startswith("#"):
-        return None if len(reference) > 1 else None  # "#" alone: the container itself
+        return None  # "#" alone is the container itself
     if any(c.isspace() for c in reference):
         return f"the reference '{reference}' contains whitespace"
     parsed = parse_reference(reference)

@@ -265,7 +265,7 @@ def discriminator_matches(
         verdicts = [in_value_set(target.binding.value_set, v, t) for v, t in values]
         if any(v is True for v in verdicts):
             return True
-        return False if verdicts else False
+        return False
     if discriminator.path == "url" or discriminator.path.endswith(".url"):
         url = extension_url(slice_rule, children_of)
         if url is not None:

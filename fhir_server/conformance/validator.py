@@ -38,7 +38,6 @@ from fhir_server.conformance.definitions import (
     is_primitive,
     resource_type_names,
     specializes,
-    split_canonical,
     type_ancestors,
 )
 from fhir_server.conformance.model import ElementRule, Profile, TypeRef
@@ -300,7 +299,7 @@ class Validation:
     def _child(self, parent: dict[str, Any], rule: ElementRule,
                present: list[tuple[str, str | None]], path: str, frame: _Frame,
                profile: Profile) -> None:
-        names = list(dict.fromkeys(name for name, _ in present))
+        names = list(dict.fromkeys(name for name, _ in present)) if len(present) > 1 else ()
         if len(names) > 1:
             self.issue("error", "structure", f"{path}.{names[1]}", f"only one type of "
                        f"{rule.json_name}[x] may be given ({', '.join(names)} are)",
@@ -424,6 +423,10 @@ class Validation:
             if not isinstance(companion, dict):
                 self.issue("error", "structure", path, "the '_' companion of a primitive must "
                            "be a JSON object (id and extension)", "type")
+            elif not companion:
+                self.issue("error", "invariant", path, "the '_' companion of a primitive has "
+                           "neither an id nor extensions (ele-1)", "ele-1",
+                           "http://hl7.org/fhir/StructureDefinition/Element")
             else:
                 element = self.context.type_profile("Element")
                 if element is not None:
@@ -552,7 +555,6 @@ class Validation:
     # -- resources inside resources --------------------------------------------------------------
     def _contained(self, value: dict[str, Any], rule: ElementRule, type_ref: TypeRef | None,
                    path: str, frame: _Frame) -> None:
-        resource_type = value.get("resourceType")
         profiles = list(type_ref.profiles) if type_ref is not None else []
         full_url = None
         if rule.path == "Bundle.entry.resource":
@@ -566,9 +568,8 @@ class Validation:
                     "lastUpdated"):
                 self.issue("error", "invariant", path, "a contained resource cannot have "
                            "meta.versionId or meta.lastUpdated (dom-4)", "dom-4")
-        where = f"{path}/*{resource_type}/{value.get('id')}*/" if False else path
         self.resource(value, [p for p in profiles if p and not p.endswith("/Resource")],
-                      where, frame=frame, full_url=full_url if full_url else None)
+                      path, frame=frame, full_url=full_url if full_url else None)
 
     @staticmethod
     def _entry_url(bundle: dict[str, Any], entry_path: str) -> str | None:
@@ -833,5 +834,5 @@ def validate(context: ConformanceContext, resource: Any, profiles: Iterable[str]
              options: Options | None = None) -> list[Issue]:
     """Every issue of ``resource`` (against ``profiles`` when given, else its type)."""
     run = Validation(context, options)
-    run.resource(resource, [split_canonical(p)[0] if False else p for p in profiles])
+    run.resource(resource, list(profiles))
     return run.issues

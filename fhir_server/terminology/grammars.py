@@ -26,7 +26,8 @@ _LANGUAGE = re.compile(
 # atoms with prefixes and exponents joined by '.' and '/'. Atoms themselves are not
 # listed here, so a well-formed expression of unknown atoms passes.
 _ANNOTATION = r"\{[^{}]*\}"
-_SIMPLE = rf"(?:[A-Za-z%'\[\]\^*0-9_:]*[A-Za-z%'\[\]\^*_:](?:[+-]?[0-9]+)?|[0-9]+)(?:{_ANNOTATION})?|{_ANNOTATION}"
+_ATOM = r"[A-Za-z%'\[\]\^*0-9_:]*[A-Za-z%'\[\]\^*_:](?:[+-]?[0-9]+)?"
+_SIMPLE = rf"(?:{_ATOM}|[0-9]+)(?:{_ANNOTATION})?|{_ANNOTATION}"
 _UCUM = re.compile(rf"^/?(?:{_SIMPLE}|\((?:[^()]+)\))(?:[./](?:{_SIMPLE}|\((?:[^()]+)\)))*$")
 
 GRAMMAR_SYSTEMS = frozenset({MIME_TYPES, LANGUAGES, UCUM})
