@@ -9,11 +9,13 @@ Three things keep them affordable on every element of every resource:
   only through such names (no ``%resource``, ``$this``, ``children()`` at its top), and
   the element has none of them, the result is the one the expression gives on an empty
   element, computed once at compile time, and the interpreter is not run.
-- **Native universal rules.** ``ele-1`` (every element has a value or children) and
-  ``ext-1`` (an extension has a value or extensions, not both) sit on every element and
-  extension; they are structural, checked in Python (tests compare them with the
-  expressions on the same data). ``txt-1``/``txt-2`` (``htmlChecks()``, which is no
-  FHIRPath function) are :mod:`fhir_server.conformance.narrative`'s.
+- **Native universal rules.** ``ele-1`` (every element has a value or children),
+  ``ext-1`` (an extension has a value or extensions, not both) and ``ref-1`` (a local
+  reference names a contained resource) sit on every element, extension and reference;
+  they are structural, checked in Python (tests compare them with the expressions on the
+  same data), as is ``dom-3`` (each contained resource is referenced), which fhirpathpy
+  cannot evaluate. ``txt-1``/``txt-2`` (``htmlChecks()``, which is no FHIRPath function)
+  are :mod:`fhir_server.conformance.narrative`'s.
 - **One context per run.** The interpreter's context (variables, functions) is built
   once per validation, not once per expression.
 
@@ -44,8 +46,11 @@ from fhir_server.conformance.model import Constraint
 log = logging.getLogger(__name__)
 
 MODEL = models["r4"]
-# Constraints checked structurally by the validator, not through the interpreter.
-NATIVE = frozenset({"ele-1", "ext-1", "txt-1", "txt-2"})
+# Constraints checked structurally by the validator, not through the interpreter: the
+# universal ones (every element, every extension, every Reference), those that call
+# htmlChecks(), and dom-3, which fhirpathpy cannot evaluate (its as() takes one item,
+# and dom-3 applies it to every descendant).
+NATIVE = frozenset({"ele-1", "ext-1", "txt-1", "txt-2", "ref-1", "dom-3"})
 # Functions whose argument is evaluated once per input item: when the input is empty the
 # argument is never evaluated, so what it reaches does not matter to the guard.
 ITERATING = frozenset({"where", "all", "exists", "select", "repeat", "any", "aggregate",
@@ -278,6 +283,38 @@ def has_value_or_children(value: Any, companion: Any = None) -> bool:
     if value is not None:
         return True
     return isinstance(companion, dict) and any(key != "id" for key in companion)
+
+
+def unreferenced_contained(resource: dict[str, Any]) -> list[str]:
+    """dom-3: the ids of contained resources nothing in the resource refers to (by
+    ``#id`` in a reference, canonical or uri), unless they refer to their container
+    (``#``)."""
+    contained = [c for c in resource.get("contained") or () if isinstance(c, dict)]
+    if not contained:
+        return []
+    used: set[str] = set()
+    _local_references(resource, used)
+    missing = []
+    for item in contained:
+        rid = item.get("id")
+        if not isinstance(rid, str) or f"#{rid}" in used:
+            continue
+        inner: set[str] = set()
+        _local_references(item, inner)
+        if "#" not in inner:
+            missing.append(rid)
+    return missing
+
+
+def _local_references(value: Any, found: set[str]) -> None:
+    if isinstance(value, dict):
+        for child in value.values():
+            _local_references(child, found)
+    elif isinstance(value, list):
+        for child in value:
+            _local_references(child, found)
+    elif isinstance(value, str) and value.startswith("#"):
+        found.add(value)
 
 
 def extension_value_or_extensions(extension: dict[str, Any]) -> bool:

@@ -148,6 +148,12 @@ class Validation:
         self._resource_id(resource, where)
         for profile in chosen or [base]:
             self._element(resource, profile.root, resource_type, where, inner, profile)
+        for rid in invariants.unreferenced_contained(resource):
+            self.issue("error", "invariant", where, "Constraint failed: dom-3: 'If the "
+                       "resource is contained in another resource, it SHALL be referred to "
+                       f"from elsewhere in the resource or SHALL refer to the containing "
+                       f"resource' (the contained resource '{rid}' is not referenced)",
+                       "dom-3", "http://hl7.org/fhir/StructureDefinition/DomainResource")
         if resource_type == "Bundle":
             for severity, code, rule, message, expression in bundle_problems(resource, where):
                 self.issue(severity, code, expression, message, rule)
