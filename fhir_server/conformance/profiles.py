@@ -68,10 +68,12 @@ class Conformance:
             self.registry.invalidate()
 
     async def validate(self, resource: Any, profiles: Sequence[str] = (), *,
-                       options: Options | None = None) -> list[Issue]:
+                       options: Options | None = None, fresh: bool = False) -> list[Issue]:
         """Every issue of ``resource`` against its type's definition (or ``profiles``),
-        the profiles it claims included (see Options.meta_profiles)."""
-        context = await self.registry.refresh()
+        the profiles it claims included (see Options.meta_profiles). ``fresh``: look
+        for canonical resources another process stored now, not within REFRESH_SECONDS
+        (``$validate``: a package just installed is used by the next call)."""
+        context = await self.registry.refresh(force=fresh)
 
         def run() -> list[Issue]:
             validation = Validation(context, options or self.options)

@@ -51,7 +51,7 @@ async def validate(ctx: FhirContext, request: Request, resource_type: str,
         except FhirError as exc:
             issues += exc.issues
         else:
-            issues += await ctx.service.conformance.validate(resource, profiles)
+            issues += await ctx.service.conformance.validate(resource, profiles, fresh=True)
         issues += _mode_issues(resource, resource_type, resource_id, mode)
     if not any(issue.severity in ("error", "fatal") for issue in issues):
         checked = f" and {', '.join(profiles)}" if profiles else ""
