@@ -75,6 +75,8 @@ async def read_json_body(request: Request, *, patch: bool = False) -> Any:
     raw = await request.body()
     if not raw:
         raise FhirError.of(400, "required", "The request body is empty")
+    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (RFC 8259 8.1: ignored)
+        raw = raw[3:]
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
