@@ -45,11 +45,15 @@ def bundle_problems(bundle: dict[str, Any], path: str) -> list[Finding]:
                               where))
             else:
                 seen[key] = number
-        if kind == "searchset" and isinstance(resource, dict) and \
-                (entry.get("search") or {}).get("mode", "match") == "match" and \
-                "id" not in resource and resource.get("resourceType") != "OperationOutcome":
-            found.append(("error", "required", "bundle-search-id", "search results must have "
-                          "ids", f"{where}.resource"))
+        mode = entry["search"].get("mode") if isinstance(entry.get("search"), dict) else None
+        if kind == "searchset" and isinstance(resource, dict):
+            if mode == "outcome" and resource.get("resourceType") != "OperationOutcome":
+                found.append(("error", "invalid", "bundle-search-mode", "an entry of search "
+                              "mode 'outcome' must be an OperationOutcome, not a "
+                              f"{resource.get('resourceType')}", f"{where}.resource"))
+            elif mode == "match" and "id" not in resource:
+                found.append(("error", "required", "bundle-search-id", "search results must "
+                              "have ids", f"{where}.resource"))
     if kind == "searchset":
         relations: dict[str, int] = {}
         for number, link in enumerate(bundle.get("link") or ()):

@@ -46,6 +46,7 @@ class ConformanceContext:
         self.terminology = TerminologyContent(self._stored_lookup)
         self._profiles: dict[tuple[str, str | None], Profile | None] = {}
         self.compile_errors: dict[str, str] = {}
+        self.cache: dict[str, Any] = {}  # what validators work out once per view
 
     def _stored_lookup(self, resource_type: str, url: str, version: str | None
                        ) -> dict[str, Any] | None:

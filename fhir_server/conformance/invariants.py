@@ -14,8 +14,10 @@ Three things keep them affordable on every element of every resource:
   reference names a contained resource) sit on every element, extension and reference;
   they are structural, checked in Python (tests compare them with the expressions on the
   same data), as is ``dom-3`` (each contained resource is referenced), which fhirpathpy
-  cannot evaluate. ``txt-1``/``txt-2`` (``htmlChecks()``, which is no FHIRPath function)
-  are :mod:`fhir_server.conformance.narrative`'s.
+  cannot evaluate, and ``per-1`` (a Period starts before it ends), where fhirpathpy
+  compares a date and a dateTime as if they had one precision. ``txt-1``/``txt-2``
+  (``htmlChecks()``, which is no FHIRPath function) are
+  :mod:`fhir_server.conformance.narrative`'s.
 - **One context per run.** The interpreter's context (variables, functions) is built
   once per validation, not once per expression.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -46,11 +49,14 @@ from fhir_server.conformance.model import Constraint
 log = logging.getLogger(__name__)
 
 MODEL = models["r4"]
+# An expression that gives no result does not fail its invariant (fhirpathpy gives none
+# where its own gaps are, and a write must not be refused for those).
+EMPTY_RESULT = True
 # Constraints checked structurally by the validator, not through the interpreter: the
 # universal ones (every element, every extension, every Reference), those that call
 # htmlChecks(), and dom-3, which fhirpathpy cannot evaluate (its as() takes one item,
 # and dom-3 applies it to every descendant).
-NATIVE = frozenset({"ele-1", "ext-1", "txt-1", "txt-2", "ref-1", "dom-3"})
+NATIVE = frozenset({"ele-1", "ext-1", "txt-1", "txt-2", "ref-1", "dom-3", "per-1"})
 # Functions whose argument is evaluated once per input item: when the input is empty the
 # argument is never evaluated, so what it reaches does not matter to the guard.
 ITERATING = frozenset({"where", "all", "exists", "select", "repeat", "any", "aggregate",
@@ -110,11 +116,21 @@ def _functions(env: Env | None) -> dict[str, Any]:
     })
 
 
+# Expressions of the R4 definitions that say less than their text, corrected as the
+# reference validator corrects them: (key, published expression) → the one evaluated.
+CORRECTED = {
+    ("que-12", "enableWhen.count() > 2 implies enableBehavior.exists()"):
+        "enableWhen.count() > 1 implies enableBehavior.exists()",
+}
+
+
 @cache
 def compile_constraint(constraint: Constraint) -> Compiled:
     """Parse once; work out the guard and the empty-element result."""
+    expression = CORRECTED.get((constraint.key, constraint.expression),
+                               constraint.expression)
     try:
-        parsed = parse(constraint.expression)
+        parsed = parse(expression)
     except Exception as exc:  # fhirpathpy raises bare Exceptions on syntax errors
         log.warning("invariant %s: cannot parse %r: %s", constraint.key,
                     constraint.expression, exc)
@@ -181,7 +197,7 @@ def _run(parsed: dict[str, Any], node: Any, path: str | None, env: Env,
     result = do_eval(ctx, [focus], parsed["children"][0])
     values = [get_data(item) for item in result]
     if not values:
-        return True  # an empty result does not fail the invariant (as the validator)
+        return EMPTY_RESULT
     if len(values) == 1 and isinstance(values[0], bool):
         return values[0]
     if len(values) == 1 and not isinstance(values[0], bool | int | Decimal | str):
@@ -315,6 +331,36 @@ def _local_references(value: Any, found: set[str]) -> None:
             _local_references(child, found)
     elif isinstance(value, str) and value.startswith("#"):
         found.add(value)
+
+
+def period_in_order(period: dict[str, Any]) -> bool:
+    """per-1 with FHIRPath's comparison of date/times: at the precision both have; equal
+    there while one is more precise is no answer, and the invariant fails (as the
+    reference validator decides)."""
+    start, end = period.get("start"), period.get("end")
+    if not isinstance(start, str) or not isinstance(end, str):
+        return True
+    a, b = _instant_parts(start), _instant_parts(end)
+    common = min(len(a), len(b))
+    if a[:common] != b[:common]:
+        return a[:common] < b[:common]
+    return len(a) == len(b)
+
+
+def _instant_parts(text: str) -> tuple[str, ...]:
+    """A date/time as comparable parts, in UTC when it has a time (year, month, day, hour,
+    minute, second with fraction)."""
+    if "T" not in text:
+        return tuple(text.split("-"))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return tuple(text.replace("T", "-").replace(":", "-").split("-"))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return (f"{moment.year:04d}", f"{moment.month:02d}", f"{moment.day:02d}",
+            f"{moment.hour:02d}", f"{moment.minute:02d}",
+            f"{moment.second:02d}.{moment.microsecond:06d}")
 
 
 def extension_value_or_extensions(extension: dict[str, Any]) -> bool:

@@ -59,11 +59,19 @@ def generate_snapshot(sd: dict[str, Any], lookup: Lookup) -> dict[str, Any]:
     for position, diff in enumerate(differential):
         if not isinstance(diff, dict) or "path" not in diff:
             raise SnapshotError(f"differential.element[{position}] has no path")
+        if diff.get("id") and _path_of(str(diff["id"])) != diff["path"]:
+            raise SnapshotError(f"differential.element[{position}]: the id {diff['id']} does "
+                                f"not match the path {diff['path']}")
         index = _find(elements, diff, lookup)
         _merge(elements[index], diff, url, position)
     result = dict(sd)
     result["snapshot"] = {"element": elements}
     return result
+
+
+def _path_of(element_id: str) -> str:
+    """The path an element id stands for: its slice names left out."""
+    return ".".join(part.split(":")[0] for part in element_id.split("."))
 
 
 def _diff_id(diff: dict[str, Any]) -> str:

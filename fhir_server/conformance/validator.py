@@ -25,6 +25,7 @@ loaded beforehand.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +34,12 @@ from fhir_server.conformance import invariants
 from fhir_server.conformance.attachments import attachment_problems
 from fhir_server.conformance.bindings import CODED_TYPES, check_binding, check_coding
 from fhir_server.conformance.bundles import bundle_problems
+from fhir_server.conformance.canonical_rules import canonical_problems
 from fhir_server.conformance.canonicals import ConformanceContext
 from fhir_server.conformance.definitions import (
     is_primitive,
     resource_type_names,
+    shipped_structure_definitions,
     specializes,
     type_ancestors,
 )
@@ -58,7 +61,10 @@ from fhir_server.conformance.slicing import (
 from fhir_server.outcome import Issue
 
 MAX_ISSUES = 500  # a run stops collecting after this many
-HL7_DOMAINS = ("http://hl7.org/fhir/", "http://terminology.hl7.org/")
+# HL7's extensions the reference validator knows beyond the R4 core (the extensions pack,
+# other versions' extensions, its tools, terminology): not shipped here, so not an error.
+HL7_DOMAINS = re.compile(r"^(http://hl7\.org/fhir/(StructureDefinition|[0-9.]+/StructureDefinition"
+                         r"|tools/StructureDefinition)/|http://terminology\.hl7\.org/)")
 # Elements every resource and element may carry whatever their definition says.
 ID_PATTERN_TYPES = frozenset({"id"})
 RESOURCE_ID_MAX = 64
@@ -76,6 +82,9 @@ class Options:
     # also validate against the profiles a resource claims (meta.profile) that the
     # server knows; an unknown one is a warning
     meta_profiles: bool = True
+    # an Observation with a vital sign's LOINC code conforms to the vital signs profile
+    # of that sign (R4 Observation, "Vital Signs": SHALL), whether it claims it or not
+    vital_signs: bool = True
 
 
 @dataclass(slots=True)
@@ -129,6 +138,8 @@ class Validation:
         claimed = [p for p in (resource.get("meta") or {}).get("profile") or ()
                    if isinstance(p, str) and p not in profiles] \
             if self.options.meta_profiles and isinstance(resource.get("meta"), dict) else []
+        if self.options.vital_signs and resource_type == "Observation" and not profiles:
+            claimed += [p for p in self._vital_sign_profiles(resource) if p not in claimed]
         for canonical in [*profiles, *claimed]:
             profile = self.context.profile(canonical)
             if profile is None:
@@ -148,6 +159,11 @@ class Validation:
         self._resource_id(resource, where)
         for profile in chosen or [base]:
             self._element(resource, profile.root, resource_type, where, inner, profile)
+        for severity, code, rule, message, expression in canonical_problems(
+                resource, where, contained=frame is not None and full_url is None,
+                terminology=self.context.terminology,
+                lookup=self.context.structure_definition):
+            self.issue(severity, code, expression, message, rule)
         for rid in invariants.unreferenced_contained(resource):
             self.issue("error", "invariant", where, "Constraint failed: dom-3: 'If the "
                        "resource is contained in another resource, it SHALL be referred to "
@@ -196,6 +212,24 @@ class Validation:
             found = frame.bundle.resolve(reference, frame.full_url)
             return found[0] if len(found) == 1 else None
         return None
+
+    def _vital_sign_profiles(self, observation: dict[str, Any]) -> list[str]:
+        """The vital signs profiles an Observation's LOINC code calls for: the general
+        one and the sign's own (bodytemp for 8310-5...)."""
+        code = observation.get("code")
+        codings = code.get("coding") if isinstance(code, dict) else None
+        loinc = {c.get("code") for c in codings or () if isinstance(c, dict)
+                 and c.get("system") == LOINC}
+        if not loinc:
+            return []
+        engine = self.context.terminology.engine
+        if not any(engine.membership(VITAL_SIGN_CODES, LOINC, str(c)).result for c in loinc):
+            return []
+        found = [VITAL_SIGNS]
+        for url, magic in _vital_sign_codes(self.context).items():
+            if magic in loinc:
+                found.append(url)
+        return found
 
     def _resource_id(self, resource: dict[str, Any], where: str) -> None:
         rid = resource.get("id")
@@ -483,6 +517,10 @@ class Validation:
         """What a data type's prose requires, and terminology."""
         if code == "Reference":
             self._reference(value, rule, path, frame)
+        elif code == "Period" and not invariants.period_in_order(value):
+            self.issue("error", "invariant", path, "Constraint failed: per-1: 'If present, "
+                       "start SHALL have a lower value than end'", "per-1",
+                       "http://hl7.org/fhir/StructureDefinition/Period")
         elif code == "Attachment":
             for element, issue_code, message in attachment_problems(value):
                 self.issue("error", issue_code, f"{path}.{element}", message, "attachment")
@@ -494,8 +532,12 @@ class Validation:
             for index, coding in enumerate(value.get("coding") or ()):
                 if isinstance(coding, dict):
                     self._coding(coding, f"{path}.coding[{index}]")
-        if rule.binding is not None and code in CODED_TYPES:
-            self._binding(rule, code, value, path)
+        if rule.binding is not None and code in CODED_TYPES and not (
+                rule.choice and code == "Quantity"):
+            # a choice element's binding is for its coded types: the reference validator
+            # does not hold a Quantity of value[x] to it (vital signs' component units)
+            if not (code != "Quantity" and _units_only(self.context, rule.binding)):
+                self._binding(rule, code, value, path)
 
     def _coding(self, coding: dict[str, Any], path: str) -> None:
         terminology = self.context.terminology
@@ -638,7 +680,7 @@ class Validation:
             return
         if rule.name == "modifierExtension":
             severity = "error"  # a modifier the server does not know changes the meaning
-        elif url.startswith(HL7_DOMAINS) and severity == "error":
+        elif HL7_DOMAINS.match(url) and severity == "error":
             # HL7's own extensions (other versions, tools, terminology): defined, only not
             # shipped here
             severity = "warning"
@@ -815,6 +857,38 @@ class Validation:
                 self.issue("information", "informational", path, f"the invariant "
                            f"{constraint.key} could not be checked: {outcome}",
                            constraint.key, constraint.source)
+
+
+VITAL_SIGNS = "http://hl7.org/fhir/StructureDefinition/vitalsigns"
+VITAL_SIGN_CODES = "http://hl7.org/fhir/ValueSet/observation-vitalsignresult"
+LOINC = "http://loinc.org"
+UCUM = "http://unitsofmeasure.org"
+
+
+def _units_only(context: ConformanceContext, binding: Any) -> bool:
+    """Whether a binding's value set holds UCUM units only (it binds a Quantity's unit,
+    nothing else)."""
+    value_set = context.terminology.value_set(binding.value_set or "")
+    includes = ((value_set or {}).get("compose") or {}).get("include") or ()
+    return bool(includes) and all(i.get("system") == UCUM for i in includes)
+
+
+def _vital_sign_codes(context: ConformanceContext) -> dict[str, str]:
+    """The profile of each vital sign → the LOINC code it fixes (read from the shipped
+    profiles derived from the vital signs profile), worked out once per context."""
+    cached = context.cache.get("vital-sign-codes")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    found: dict[str, str] = {}
+    context.cache["vital-sign-codes"] = found
+    for url, sd in shipped_structure_definitions().items():
+        if sd.get("baseDefinition") != VITAL_SIGNS:
+            continue
+        profile = context.profile(url)
+        for rule in profile.by_id.values() if profile is not None else ():
+            if rule.path == "Observation.code.coding.code" and isinstance(rule.fixed, str):
+                found[url] = rule.fixed
+    return found
 
 
 def _json_kind(value: Any) -> str:

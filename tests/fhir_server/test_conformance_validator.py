@@ -417,3 +417,61 @@ def test_snapshot_generation_refuses_what_loosens_or_is_not_there():
                                                "path": "Patient.favouriteColour"})
     with pytest.raises(SnapshotError, match=r"no element Patient\.favouriteColour"):
         generate_snapshot(nowhere, lookup)
+
+
+# -- conformance resources ------------------------------------------------------------------
+def test_code_systems_and_value_sets_are_checked_as_the_reference_checks_them(context):
+    supplement = {"resourceType": "CodeSystem", "url": "http://clinic.example.org/cs/sup",
+                  "status": "draft", "content": "complete",
+                  "supplements": "http://hl7.org/fhir/administrative-gender",
+                  "concept": [{"code": "female", "designation": [{"value": "Mwanamke"}]},
+                              {"code": "robot"}]}
+    found = errors(context, supplement)
+    assert found["CodeSystem.content"] == "codesystem-supplement"
+    assert found["CodeSystem.concept[1]"] == "codesystem-supplement"
+    properties = {"resourceType": "CodeSystem", "url": "http://clinic.example.org/cs/p",
+                  "status": "draft", "content": "complete", "property": [
+                      {"code": "notSelectable", "type": "dateTime",
+                       "uri": "http://hl7.org/fhir/concept-properties#notSelectable"},
+                      {"code": "notSelectable", "type": "boolean"}],
+                  "concept": [{"code": "a", "property": [{"code": "notSelectable",
+                                                          "valueBoolean": True}]}]}
+    found = errors(context, properties)
+    assert set(found) == {"CodeSystem.property[0]", "CodeSystem.property[1]",
+                          "CodeSystem.concept[0].property[0]"}
+    relative = {"resourceType": "ValueSet", "url": "ValueSet/local", "status": "draft",
+                "compose": {"include": [{"system": "#cs"}]}}
+    assert errors(context, relative) == {"ValueSet.url": "canonical-url",
+                                         "ValueSet.compose.include[0].system":
+                                             "valueset-system"}
+
+
+def test_a_search_parameter_derived_from_r4_keeps_its_type_and_bases(context):
+    derived = {"resourceType": "SearchParameter", "url": "http://clinic.example.org/sp/name",
+               "name": "name", "status": "active", "description": "Name",
+               "derivedFrom": "http://hl7.org/fhir/SearchParameter/Organization-name",
+               "code": "name", "base": ["Patient"], "type": "token",
+               "expression": "Organization.name"}
+    assert [r for s, _, r, _ in issues(context, derived) if s == "error"] == [
+        "searchparameter-derived", "searchparameter-derived"]
+
+
+def test_periods_compare_at_the_precision_both_have(context):
+    for start, end, valid in (("2023-06-21", "2023-06-22T06:20:00Z", True),
+                              ("2023-06-21", "2023-06-21T06:20:00Z", False),  # undecided
+                              ("2023-06-21T10:00:00+03:00", "2023-06-21T07:30:00Z", True),
+                              ("2023-06-22", "2023-06-21", False)):
+        found = errors(context, amina(contact=[{"name": {"family": "Odhiambo"},
+                                                "period": {"start": start, "end": end}}]))
+        assert (found == {}) is valid, (start, end, found)
+
+
+def test_a_vital_sign_conforms_to_its_profile_without_claiming_it(context):
+    temperature = haemoglobin(code={"coding": [{"system": "http://loinc.org",
+                                                "code": "8310-5"}]},
+                              valueQuantity={"value": 37.2, "unit": "Cel",
+                                             "system": "http://unitsofmeasure.org",
+                                             "code": "Cel"})
+    # the body temperature profile asks for the vital-signs category
+    assert errors(context, temperature) == {"Observation": "cardinality-min"}
+    assert errors(context, temperature, vital_signs=False) == {}
