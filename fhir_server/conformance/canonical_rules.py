@@ -107,7 +107,8 @@ def _search_parameter(sp: dict[str, Any], where: str) -> list[Finding]:
 
 def _value_set(value_set: dict[str, Any], where: str) -> list[Finding]:
     found: list[Finding] = []
-    compose = value_set.get("compose") if isinstance(value_set.get("compose"), dict) else {}
+    compose: dict[str, Any] = value_set["compose"] \
+        if isinstance(value_set.get("compose"), dict) else {}
     for part in ("include", "exclude"):
         for index, include in enumerate(compose.get(part) or ()):
             system = include.get("system") if isinstance(include, dict) else None

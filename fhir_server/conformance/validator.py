@@ -787,7 +787,7 @@ class Validation:
             verdicts = [discriminator_matches(
                 d, value, code, slice_rule, self.children_of, self._in_value_set,
                 lambda item, canonical: self._conforms(item, canonical, frame),
-                lambda item: self._resolve(frame, item.get("reference"))
+                lambda item: self._resolve(frame, str(item["reference"]))
                 if isinstance(item, dict) and isinstance(item.get("reference"), str) else None)
                 for d in discriminators]
             if verdicts and all(v is True or v is None for v in verdicts) and \

@@ -33,6 +33,7 @@ async def codesystem_subsumes(ctx: FhirContext, request: Request,
     if not code_a or not code_b:
         raise FhirError.of(400, "required", "$subsumes needs codeA and codeB (or codingA and "
                            "codingB)", "codeA")
+    code_system: CodeSystemIndex | None
     if resource_id is not None:
         code_system = CodeSystemIndex(await stored_resource(ctx, request, "CodeSystem",
                                                             resource_id))

@@ -34,6 +34,7 @@ async def codesystem_validate_code(ctx: FhirContext, request: Request,
     found.require("code", "coding", "codeableConcept")
     content = await terminology(ctx)
     codings = codings_of(found)
+    code_system: CodeSystemIndex | None
     if resource_id is not None:
         code_system = CodeSystemIndex(await stored_resource(ctx, request, "CodeSystem",
                                                             resource_id))

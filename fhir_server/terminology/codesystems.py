@@ -169,8 +169,8 @@ class CodeSystemIndex:
             for concept in self.concepts.values():
                 text = concept.code if prop == "code" else (
                     concept.display if prop == "display" else None)
-                values = [text] if text is not None else concept.property_values(prop)
-                if any(isinstance(v, str) and pattern.fullmatch(v) for v in values):
+                candidates = [text] if text is not None else concept.property_values(prop)
+                if any(isinstance(v, str) and pattern.fullmatch(v) for v in candidates):
                     yield concept
             return
         if prop not in ("code", "display") and prop not in self.property_types \
