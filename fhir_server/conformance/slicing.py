@@ -105,36 +105,45 @@ _PRIMITIVE_SUFFIXES = frozenset({"boolean", "integer", "string", "decimal", "uri
                                  "positiveInt", "uuid"})
 
 
+def rules_at(rule: ElementRule, path: str,
+             children_of: Callable[[ElementRule], dict[str, ElementRule]]
+             ) -> list[tuple[ElementRule, list[str]]]:
+    """The rules of the slice at ``path`` (as far as the slice's rules go), each with the
+    part of the path left below it (to be read inside its fixed or pattern value). An
+    element sliced again on the way (``code.coding`` with a slice per code) gives its
+    slices too: a value any of them fixes tells the slice."""
+    steps = split_path(path)
+    current: list[tuple[ElementRule, list[str]]] = [(rule, [])]
+    for index, step in enumerate(steps):
+        following: list[tuple[ElementRule, list[str]]] = []
+        for candidate, rest in current:
+            if rest or candidate.fixed is not None or candidate.pattern is not None:
+                following.append((candidate, rest or steps[index:]))
+                continue
+            function = _FUNCTION.match(step)
+            if function and function.group(1) == "extension":
+                url = function.group(2).strip("'\"")
+                extension = children_of(candidate).get("extension")
+                following += [(s, []) for s in (extension.slices if extension else ())
+                              if extension_url(s, children_of) == url]
+                continue
+            if function:  # ofType(X): the rule itself, restricted to the type
+                following.append((candidate, []))
+                continue
+            children = children_of(candidate)
+            child = children.get(step) or children.get(f"{step}[x]")
+            if child is not None:
+                following += [(child, []), *((s, []) for s in child.slices)]
+        current = following
+    return current
+
+
 def rule_at(rule: ElementRule, path: str,
             children_of: Callable[[ElementRule], dict[str, ElementRule]]
             ) -> tuple[ElementRule | None, list[str]]:
-    """The rule of the slice at ``path`` (as far as the slice's rules go), and the part
-    of the path left below it (to be read inside its fixed or pattern value)."""
-    steps = split_path(path)
-    current = rule
-    for index, step in enumerate(steps):
-        if current.fixed is not None or current.pattern is not None:
-            return current, steps[index:]
-        function = _FUNCTION.match(step)
-        if function and function.group(1) == "extension":
-            url = function.group(2).strip("'\"")
-            extension = children_of(current).get("extension")
-            match = None
-            for candidate in extension.slices if extension else ():
-                if extension_url(candidate, children_of) == url:
-                    match = candidate
-                    break
-            if match is None:
-                return None, []
-            current = match
-            continue
-        if function:  # ofType(X): the rule itself, restricted to the type
-            continue
-        child = children_of(current).get(step) or children_of(current).get(f"{step}[x]")
-        if child is None:
-            return None, []
-        current = child
-    return current, []
+    """The first of :func:`rules_at`, or (None, [])."""
+    found = rules_at(rule, path, children_of)
+    return found[0] if found else (None, [])
 
 
 def extension_url(rule: ElementRule,
@@ -246,26 +255,21 @@ def discriminator_matches(
         if url is None:
             return None
         return any(value == url for value, _ in values)
-    target, rest = rule_at(slice_rule, path, children_of)
-    if target is None:
+    candidates = rules_at(slice_rule, path, children_of)
+    if not candidates:
         return None
-    expected: list[Any] = []
-    if target.fixed is not None:
-        expected = project(target.fixed, rest) if rest else [target.fixed]
-        if not expected:
-            return None
-        return any(any(matches_fixed(v, e) for e in expected) for v, _ in values)
-    if target.pattern is not None:
-        expected = project(target.pattern, rest) if rest else [target.pattern]
-        if not expected:
-            return None
-        return any(any(matches_pattern(v, e) for e in expected) for v, _ in values)
+    fixed = [v for target, rest in candidates if target.fixed is not None
+             for v in (project(target.fixed, rest) if rest else [target.fixed])]
+    patterns = [v for target, rest in candidates if target.pattern is not None
+                for v in (project(target.pattern, rest) if rest else [target.pattern])]
+    if fixed or patterns:
+        return any(any(matches_fixed(v, e) for e in fixed) or
+                   any(matches_pattern(v, e) for e in patterns) for v, _ in values)
+    target = candidates[0][0]
     if target.binding is not None and target.binding.strength == "required" and \
             target.binding.value_set:
         verdicts = [in_value_set(target.binding.value_set, v, t) for v, t in values]
-        if any(v is True for v in verdicts):
-            return True
-        return False
+        return any(v is True for v in verdicts)
     if discriminator.path == "url" or discriminator.path.endswith(".url"):
         url = extension_url(slice_rule, children_of)
         if url is not None:

@@ -404,6 +404,26 @@ def test_slicing_closed_ordered_and_by_type(context):
     assert errors(context, missing, (vital_signs,)) == {"Observation": "cardinality-min"}
 
 
+def test_slices_told_by_values_of_slices_below_them(context):
+    """bp slices its components by code.coding.code, which each slice fixes in a slice of
+    its own code.coding."""
+    def component(code: str, value: int) -> dict[str, Any]:
+        return {"code": {"coding": [{"system": "http://loinc.org", "code": code}]},
+                "valueQuantity": {"value": value, "unit": "mmHg",
+                                  "system": "http://unitsofmeasure.org", "code": "mm[Hg]"}}
+    bp = haemoglobin(code={"coding": [{"system": "http://loinc.org", "code": "85354-9"}]},
+                     valueQuantity=None, category=[{"coding": [{
+                         "system": "http://terminology.hl7.org/CodeSystem/"
+                                   "observation-category", "code": "vital-signs"}]}],
+                     component=[component("8480-6", 120), component("8462-4", 80)])
+    profile = ("http://hl7.org/fhir/StructureDefinition/bp",)
+    assert errors(context, bp, profile) == {}
+    systolic_only = {**bp, "component": [component("8480-6", 120)]}
+    found = issues(context, systolic_only, profile)
+    assert [(s, w, r) for s, w, r, _ in found] == [("error", "Observation", "cardinality-min")]
+    assert "DiastolicBP" in found[0][3]
+
+
 def test_snapshot_generation_refuses_what_loosens_or_is_not_there():
     profile = json.loads((DATA / "national-patient.json").read_text())
     lookup = ConformanceContext().structure_definition
