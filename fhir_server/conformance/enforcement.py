@@ -2,9 +2,10 @@
 says per resource type and per organization (``HEALTHPLATFORM_FHIR_PROFILE_ENFORCEMENT``).
 
 - ``off``: profiles are not checked on write;
-- ``warn``: the profiles a resource claims (and those required of it) are checked; a
-  resource that fails them is stored, and the failure logged and reported to a client
-  that asks for an OperationOutcome (``Prefer: return=OperationOutcome``);
+- ``warn``: the profiles a resource claims (and those required of it) that the server
+  knows are checked; a resource that fails them is stored, and the failure logged and
+  reported to a client that asks for an OperationOutcome
+  (``Prefer: return=OperationOutcome``);
 - ``enforce``: a resource that fails them is refused (422, the OperationOutcome naming
   each problem), and so is one that claims a profile the server does not know.
 

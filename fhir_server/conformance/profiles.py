@@ -95,6 +95,11 @@ class Conformance:
         claimed = [p for p in (meta.get("profile") or ()) if isinstance(p, str)] \
             if isinstance(meta, dict) else []
         wanted = list(dict.fromkeys([*claimed, *required]))
+        if mode == "warn" and wanted:
+            # nothing to warn about in a profile the server does not know (the backport's,
+            # another IG's): only enforce refuses those
+            context = await self.registry.refresh()
+            wanted = [p for p in wanted if context.profile(p) is not None]
         if not wanted:
             return []
         options = Options(self.options.unknown_extensions, self.options.check_codes,
