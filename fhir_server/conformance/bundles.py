@@ -5,7 +5,8 @@ validator checks them:
   type and id; no two entries share one (unless they are versions: history);
 - a ``document``: every reference inside resolves inside the Bundle, and every entry can
   be reached from the Composition (forward or backward);
-- a ``message``: the MessageHeader's ``focus`` resolves inside the Bundle;
+- a ``message``: the MessageHeader's ``focus`` resolves inside the Bundle (the rest of
+  its structure is the invariants': a MessageHeader first, ``bdl-12``);
 - a ``searchset``: each link relation at most once, matches carry ids;
 - anywhere: a reference that resolves to an entry of another type than it names, or to
   several entries, is wrong.
@@ -136,6 +137,12 @@ def _references(entries: list[dict[str, Any]], index: BundleIndex, path: str,
                 found.append(("error", "not-found", "bundle-reference", f"Can't find "
                               f"'{reference}' in the bundle (a document holds what it "
                               "references)", where))
+            elif kind == "message" and number == 0 and ".focus[" in where and \
+                    parsed.kind in ("relative", "uuid", "absolute") and \
+                    _local(reference, from_url, index):
+                found.append(("error", "not-found", "bundle-reference", f"Can't find "
+                              f"'{reference}' in the bundle (a message holds its focus)",
+                              where))
     return found
 
 

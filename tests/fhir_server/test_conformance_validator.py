@@ -353,6 +353,24 @@ def test_documents_hold_what_they_reference_and_reach_every_entry(context):
     assert "bdl-11" in errors(context, no_composition).values()
 
 
+def test_a_message_holds_its_focus_and_starts_with_its_header(context):
+    header = {"resourceType": "MessageHeader", "id": "h",
+              "eventCoding": {"system": "http://example.org/events", "code": "admit"},
+              "source": {"endpoint": "http://clinic.example.org/fhir"},
+              "focus": [{"reference": "Patient/amina"}]}
+    message = {"resourceType": "Bundle", "type": "message",
+               "timestamp": "2024-03-01T10:00:00Z", "entry": [
+                   {"fullUrl": "http://example.org/fhir/MessageHeader/h", "resource": header},
+                   {"fullUrl": "http://example.org/fhir/Patient/amina", "resource": amina()}]}
+    assert errors(context, message) == {}
+    elsewhere = copy.deepcopy(message)
+    elsewhere["entry"][0]["resource"]["focus"] = [{"reference": "Patient/someone-else"}]
+    assert errors(context, elsewhere) == {"Bundle.entry[0].resource.focus[0]":
+                                          "bundle-reference"}
+    no_header = {**message, "entry": message["entry"][::-1]}
+    assert "bdl-12" in errors(context, no_header).values()
+
+
 # -- attachments -------------------------------------------------------------------------
 def test_attachment_size_and_hash_must_match_the_data(context):
     data = b"Haemoglobin 13.2 g/dL"
