@@ -457,6 +457,7 @@ class FhirUnit:
                                                               if_none_exist))
         body = await self._authorized(CREATE, await self._hooked(CREATE, body), None,
                                       ownerless=ownerless)
+        await self.service.conformance.check_write(body)
         staged = self.service.stage_create(
             self.uow, body, resource_id=body["id"], condition=condition, validated=True,
             index=await self.service.index(body, offload=offload))
@@ -481,6 +482,7 @@ class FhirUnit:
         action = UPDATE if current_json is not None else CREATE
         body = await self._authorized(action, await self._hooked(action, dict(resource)),
                                       current_json)
+        await self.service.conformance.check_write(body)
         implied = if_match is None and current is not None and current_json is not None \
             and self.restricted
         staged = self.service.stage_update(
@@ -626,6 +628,7 @@ class FhirUnit:
         written = [r for r in self._resources.values() if r is not None]
         if written:
             self.service.committed(written)
+        self.service.conformance.written([kind for kind, _ in self._resources])
         if self.service.access_listeners:
             for action, staged, removed in self._writes:
                 if staged.result is not None and not staged.existing:

@@ -7,6 +7,7 @@ OperationOutcome (never the /api envelope).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -16,7 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fhir_server.outcome import FhirError, Issue, information, operation_outcome
+from fhir_server.outcome import FhirError, Issue, operation_outcome
 from fhir_server.store import (
     ConditionChanged,
     InvalidSearch,
@@ -74,6 +75,8 @@ async def read_json_body(request: Request, *, patch: bool = False) -> Any:
     raw = await request.body()
     if not raw:
         raise FhirError.of(400, "required", "The request body is empty")
+    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (RFC 8259 8.1: ignored)
+        raw = raw[3:]
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -129,17 +132,21 @@ def version_headers(stored: StoredResource) -> dict[str, str]:
 
 
 def resource_response(stored: StoredResource, status: int = 200, *, prefer: str | None = None,
-                      location: str | None = None) -> FhirResponse:
+                      location: str | None = None, issues: Sequence[Issue] = ()
+                      ) -> FhirResponse:
+    """The answer to a write; ``issues`` (what the profile check found in ``warn``
+    mode) go into the OperationOutcome a client asks for with
+    ``Prefer: return=OperationOutcome``."""
     headers = version_headers(stored)
     if location:
         headers["Location"] = location
     if prefer == "minimal":
         return FhirResponse(b"", status_code=status, headers=headers)
     if prefer == "OperationOutcome":
-        return FhirResponse(
-            information(f"{stored.resource_type}/{stored.id} version {stored.version} stored"),
-            status_code=status, headers=headers,
-        )
+        stored_issue = Issue("information", "informational", f"{stored.resource_type}/"
+                             f"{stored.id} version {stored.version} stored")
+        return FhirResponse(operation_outcome([stored_issue, *issues]), status_code=status,
+                            headers=headers)
     return FhirResponse(stored.body, status_code=status, headers=headers)
 
 

@@ -6,6 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+# The code system of the validator's own rule names (``cardinality``, ``binding``, ...) in
+# ``OperationOutcome.issue.details``; an invariant is named by its key and the
+# StructureDefinition that defines it instead.
+RULE_SYSTEM = "urn:healthplatform:validation-rule"
+
 
 @dataclass(frozen=True, slots=True)
 class Issue:
@@ -13,11 +18,18 @@ class Issue:
     code: str  # IssueType: invalid, structure, required, value, not-found, deleted, conflict...
     diagnostics: str
     expression: tuple[str, ...] = ()
+    # The rule that failed (validation): an invariant's key with the StructureDefinition
+    # that defines it as ``source``, or one of the validator's own rules (RULE_SYSTEM).
+    rule: str = ""
+    source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         issue: dict[str, Any] = {
             "severity": self.severity, "code": self.code, "diagnostics": self.diagnostics,
         }
+        if self.rule:
+            issue["details"] = {"coding": [{"system": self.source or RULE_SYSTEM,
+                                            "code": self.rule}]}
         if self.expression:
             issue["expression"] = list(self.expression)
         return issue

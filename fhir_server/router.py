@@ -43,6 +43,10 @@ from fhir_server.interactions.capabilities import (
     capability_statement,
     summary_statement,
 )
+from fhir_server.interactions.codesystem_lookup import codesystem_lookup
+from fhir_server.interactions.codesystem_subsumes import codesystem_subsumes
+from fhir_server.interactions.codesystem_validate_code import codesystem_validate_code
+from fhir_server.interactions.conceptmap_translate import conceptmap_translate
 from fhir_server.interactions.context import CALLER, FhirContext
 from fhir_server.interactions.create import create
 from fhir_server.interactions.delete import conditional_delete, delete
@@ -72,6 +76,8 @@ from fhir_server.interactions.subscription import (
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
+from fhir_server.interactions.valueset_expand import valueset_expand
+from fhir_server.interactions.valueset_validate_code import valueset_validate_code
 from fhir_server.interactions.vread import vread
 from fhir_server.openapi import describe_routes
 from fhir_server.search.registry import SearchRegistry, builtin_registry
@@ -108,10 +114,11 @@ class FhirRoute:
 
 async def _metadata(ctx: FhirContext, request: Request) -> Response:
     registry = await ctx.service.refresh_registry()
-    cache: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = \
+    conformance = await ctx.service.conformance.registry.refresh()
+    cache: dict[tuple[str, str, Any], tuple[dict[str, Any], dict[str, Any]]] = \
         ctx.extras.setdefault("capability_statements", {})
     base = ctx.fhir_base(request)
-    key = (registry.version, base)
+    key = (registry.version, base, conformance.version)
     channels = ctx.extras.get(SUBSCRIPTIONS)
     if key not in cache:
         if len(cache) > 64:  # many Host names: bounded
@@ -121,7 +128,8 @@ async def _metadata(ctx: FhirContext, request: Request) -> Response:
             security=None if ctx.security is None else ctx.security(base),
             bulk_export=BULK_EXPORTS in ctx.extras,
             websocket=channels.websocket_url(base) if channels is not None else None,
-            subscriptions=channels.documentation if channels is not None else None)
+            subscriptions=channels.documentation if channels is not None else None,
+            profiles=conformance.supported_profiles())
         cache[key] = (statement, summary_statement(statement))
     return await capabilities(ctx, request, *cache[key])
 
@@ -134,6 +142,33 @@ async def _metadata(ctx: FhirContext, request: Request) -> Response:
 READ_ERRORS = (400, 404, 406, 410)
 SEARCH_ERRORS = (400, 404, 406)
 WRITE_ERRORS = (400, 404, 406, 409, 412, 413, 415, 422)
+
+# (path, summary, handler, what it answers) of the terminology operations, each at the
+# type level and, but $lookup, for one stored resource.
+TERMINOLOGY_ROUTES: tuple[tuple[str, str, Handler, str], ...] = (
+    ("/CodeSystem/$lookup", "CodeSystem/$lookup: a code's display, designations and "
+     "properties", codesystem_lookup, "Parameters"),
+    ("/CodeSystem/$validate-code", "CodeSystem/$validate-code: is the code in the code "
+     "system", codesystem_validate_code, "Parameters"),
+    ("/CodeSystem/{resource_id}/$validate-code", "CodeSystem/[id]/$validate-code",
+     codesystem_validate_code, "Parameters"),
+    ("/CodeSystem/$subsumes", "CodeSystem/$subsumes: how two codes relate",
+     codesystem_subsumes, "Parameters"),
+    ("/CodeSystem/{resource_id}/$subsumes", "CodeSystem/[id]/$subsumes", codesystem_subsumes,
+     "Parameters"),
+    ("/ValueSet/$expand", "ValueSet/$expand: the codes of a value set (filter, paging)",
+     valueset_expand, "ValueSet"),
+    ("/ValueSet/{resource_id}/$expand", "ValueSet/[id]/$expand", valueset_expand,
+     "ValueSet"),
+    ("/ValueSet/$validate-code", "ValueSet/$validate-code: is the code in the value set",
+     valueset_validate_code, "Parameters"),
+    ("/ValueSet/{resource_id}/$validate-code", "ValueSet/[id]/$validate-code",
+     valueset_validate_code, "Parameters"),
+    ("/ConceptMap/$translate", "ConceptMap/$translate: a code in another code system",
+     conceptmap_translate, "Parameters"),
+    ("/ConceptMap/{resource_id}/$translate", "ConceptMap/[id]/$translate",
+     conceptmap_translate, "Parameters"),
+)
 
 ROUTES: tuple[FhirRoute, ...] = (
     FhirRoute("GET", "/metadata", "capabilities: the CapabilityStatement", _metadata,
@@ -214,6 +249,11 @@ ROUTES: tuple[FhirRoute, ...] = (
     FhirRoute("POST", "/Subscription/{resource_id}/$get-ws-binding-token", "Subscription/"
               "$get-ws-binding-token for one subscription", binding_token,
               returns="Parameters", errors=(400, 403, 404, 406, 501)),
+    # -- terminology (R4 operations over shipped and stored content)
+    *(FhirRoute(method, path, summary, handler, body="parameters" if method == "POST" else "",
+                returns=returns, errors=(400, 403, 404, 406, 410, 413, 415, 422))
+      for path, summary, handler, returns in TERMINOLOGY_ROUTES
+      for method in ("GET", "POST")),
     FhirRoute("GET", "/{compartment_type}/{owner_id}/{resource_type}", "search-compartment",
               search_compartment, errors=READ_ERRORS),
     FhirRoute("GET", "/{resource_type}/{resource_id}/_history/{version_id}", "vread", vread,

@@ -21,6 +21,9 @@ from typing import Any
 import orjson
 
 from fhir_server.compartments import PatientCompartments
+from fhir_server.conformance.enforcement import ProfilePolicy
+from fhir_server.conformance.profiles import Conformance
+from fhir_server.conformance.validator import Options
 from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
 from fhir_server.patches import as_patch
@@ -70,7 +73,8 @@ class FhirService:
 
     def __init__(self, store: ResourceStore, *, indexer: Indexer | None = None,
                  registry: SearchRegistry | None = None, strict_validation: bool = False,
-                 event_prefix: str = "platform.fhir"):
+                 event_prefix: str = "platform.fhir", profile_policy: ProfilePolicy | None = None,
+                 validation_options: Options | None = None):
         self.store = store
         self.event_prefix = event_prefix
         self._staged_events: weakref.WeakKeyDictionary[UnitOfWork, list[StagedWrite]] = \
@@ -89,6 +93,11 @@ class FhirService:
         self.write_hooks: dict[str, list[WriteHook]] = {}
         self._resource_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = \
             weakref.WeakValueDictionary()
+        # Profiles, terminology and the profile check of writes (fhir_server.conformance)
+        self.conformance = Conformance(store, policy=profile_policy,
+                                       options=validation_options)
+        self.add_write_hook("StructureDefinition",
+                            self.conformance.prepare_structure_definition)
 
     def resource_lock(self, resource_type: str, resource_id: str) -> asyncio.Lock:
         """A lock for writes of one resource in this process (see fhir_server.caller)."""

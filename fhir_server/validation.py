@@ -139,7 +139,7 @@ def validate_resource(body: Any, expected_type: str | None = None, *, strict: bo
     """Check ``body`` is a valid resource (of ``expected_type`` when given); return it.
 
     ``strict`` adds the fhir.resources model checks to the JSON Schema's."""
-    resource_type = _check_shape(body, expected_type)
+    resource_type = check_shape(body, expected_type)
     validator = _validator(resource_type)
     if validator is not None and not validator.is_valid(body):
         raise FhirError(400, list(_schema_issues(validator, body, resource_type)))
@@ -150,22 +150,7 @@ def validate_resource(body: Any, expected_type: str | None = None, *, strict: bo
     return body
 
 
-def validation_issues(body: Any, expected_type: str | None = None) -> list[Issue]:
-    """Everything both validators find wrong with ``body`` (``$validate``): the schema's
-    issues, then the fhir.resources models' on elements the schema did not name."""
-    try:
-        resource_type = _check_shape(body, expected_type)
-    except FhirError as exc:
-        return exc.issues
-    validator = _validator(resource_type)
-    issues = [] if validator is None or validator.is_valid(body) else \
-        list(_schema_issues(validator, body, resource_type))
-    named = {issue.expression for issue in issues}
-    return [*issues, *(i for i in _model_issues(body, resource_type)
-                       if i.expression not in named)]
-
-
-def _check_shape(body: Any, expected_type: str | None) -> str:
+def check_shape(body: Any, expected_type: str | None) -> str:
     """A JSON object of a known resource type (the expected one) with a valid id: its
     type; otherwise a 400 FhirError."""
     if not isinstance(body, dict):

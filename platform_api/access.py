@@ -174,6 +174,18 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
         ("GET", "/fhir/$export-status/{}"): all_read,
         ("DELETE", "/fhir/$export-status/{}"): all_read,
         ("GET", "/fhir/$export-file/{}/{}"): all_read,
+        # Terminology operations read code systems, value sets and concept maps (GET or
+        # POST with a Parameters body, storing nothing): the type's read scope.
+        **{(method, f"/fhir/{kind}/{operation}"): Rule(AUTHENTICATED, scope=f"{kind}:read",
+                                                       limit="read")
+           for method in ("GET", "POST")
+           for kind, operation in (
+               ("CodeSystem", "$lookup"), ("CodeSystem", "$validate-code"),
+               ("CodeSystem", "{}/$validate-code"), ("CodeSystem", "$subsumes"),
+               ("CodeSystem", "{}/$subsumes"), ("ValueSet", "$expand"),
+               ("ValueSet", "{}/$expand"), ("ValueSet", "$validate-code"),
+               ("ValueSet", "{}/$validate-code"), ("ConceptMap", "$translate"),
+               ("ConceptMap", "{}/$translate"))},
         # Subscription operations read the Subscriptions they name
         ("GET", "/fhir/Subscription/{}/$status"): Rule(AUTHENTICATED, scope="Subscription:read",
                                                        limit="read"),

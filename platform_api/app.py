@@ -20,6 +20,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fhir_server.access import Access
+from fhir_server.conformance.enforcement import ProfilePolicy
+from fhir_server.conformance.validator import Options
 from fhir_server.http import error_response as fhir_error_response
 from fhir_server.http import store_error_to_fhir
 from fhir_server.interactions.context import FhirContext
@@ -291,7 +293,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     trusted_proxies(tuple(settings.trusted_proxies))  # a wrong entry stops the start here
     store = store_from_url(settings.store_url)
-    fhir = FhirService(store, strict_validation=settings.fhir_strict_validation)
+    fhir = FhirService(
+        store, strict_validation=settings.fhir_strict_validation,
+        profile_policy=ProfilePolicy.from_settings(settings.fhir_profile_enforcement),
+        validation_options=Options(unknown_extensions=settings.fhir_unknown_extensions))
     auth = AuthService(settings, store, fhir=fhir)
     bus = bus_from_settings(
         store, settings.event_bus, namespace=settings.event_bus_namespace,

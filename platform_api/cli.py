@@ -410,6 +410,51 @@ def export(
                   f"resources to {out}")
 
 
+package = typer.Typer(help="FHIR packages (implementation guides): install their profiles "
+                       "and terminology", no_args_is_help=True)
+app.add_typer(package, name="package")
+
+
+@package.command("install")
+def package_install(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                                metavar="FILE", help="The package (.tgz), as an "
+                                "implementation guide publishes it"),
+) -> None:
+    """Install a FHIR R4 package: its StructureDefinitions (snapshots generated where
+    missing), CodeSystems, ValueSets, ConceptMaps and SearchParameters, in one step. A
+    running server uses them within seconds: $validate, the profile check of writes and
+    the terminology operations."""
+    from fhir_server.conformance.packages import PackageError, install_package
+    from fhir_server.outcome import FhirError
+    from fhir_server.service import FhirService
+    from fhir_server.store import store_from_url
+
+    async def run() -> Any:
+        settings = Settings()
+        store = store_from_url(settings.store_url)
+        await store.open()
+        try:
+            return await install_package(FhirService(store), file)
+        finally:
+            await store.close()
+
+    try:
+        installed = asyncio.run(run())
+    except (PackageError, FhirError) as exc:
+        fail(str(exc))
+    for kind, count in sorted(installed.counts.items()):
+        console.print(f"{kind:24} {count:>6}")
+    if installed.dependencies:
+        console.print("[yellow]depends on[/] " + ", ".join(installed.dependencies)
+                      + " (not fetched: install them too if its profiles build on them)",
+                      soft_wrap=True)
+    console.print(f"[green]Installed[/] {installed.name}#{installed.version}: "
+                  f"{sum(installed.counts.values())} resources"
+                  + (f" ({installed.skipped} examples and others left out)"
+                     if installed.skipped else ""), soft_wrap=True)
+
+
 hl7 = typer.Typer(help="HL7v2: send messages over MLLP", no_args_is_help=True)
 app.add_typer(hl7, name="hl7")
 

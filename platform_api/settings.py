@@ -36,6 +36,16 @@ class Settings(BaseSettings):
     fhir_strict_validation: bool = Field(
         default=False, description="Also check writes with the fhir.resources models (rules "
         "the R4 JSON Schema cannot express; ~10x the validation cost)")
+    # Profiles and validation (fhir_server/conformance): meta.profile on writes, per type
+    # and organization; unknown extensions in $validate and profile checks.
+    fhir_profile_enforcement: dict[str, Any] = Field(
+        default_factory=dict, description='JSON {"default": "off" | "warn" | "enforce", '
+        '"types": {"<Type>": mode}, "require": {"<Type>": ["<profile url>"]}, '
+        '"organizations": {"<org id>": {the same}}}: what writes make of the profiles a '
+        "resource claims or is required (default warn)")
+    fhir_unknown_extensions: Literal["error", "warning", "information"] = Field(
+        default="error", description="An extension whose definition the server does not "
+        "have, in profile validation and $validate (error: as the HL7 reference validator)")
     base_url: str = Field(default="", description="Public base URL; default http://host:port")
     token_issuer: str = "healthplatform"
     token_audience: str = "healthplatform"
@@ -210,6 +220,14 @@ class Settings(BaseSettings):
     mobile_money_sweep_interval_seconds: float = Field(
         default=30.0, ge=0, description="Seconds between passes over overdue payments; 0: "
         "never")
+
+    @field_validator("fhir_profile_enforcement")
+    @classmethod
+    def _profile_enforcement(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from fhir_server.conformance.enforcement import ProfilePolicy
+
+        ProfilePolicy.from_settings(value)  # a wrong mode or key stops the start here
+        return value
 
     @field_validator("trusted_proxies", "mobile_money_a_callback_ips",
                      "mobile_money_b_callback_ips")

@@ -13,7 +13,7 @@ resource; a subset carries the ``SUBSETTED`` tag.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -43,6 +43,17 @@ BULK_LEVELS = {
 }
 WEBSOCKET = "http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket"
 BACKPORT = "http://hl7.org/fhir/uv/subscriptions-backport/OperationDefinition"
+OPERATION_BASE = "http://hl7.org/fhir/OperationDefinition"
+# The terminology operations (fhir_server/interactions/codesystem_*, valueset_*,
+# conceptmap_*), per type.
+TERMINOLOGY_OPERATIONS: dict[str, list[dict[str, str]]] = {
+    "CodeSystem": [{"name": name, "definition": f"{OPERATION_BASE}/CodeSystem-{name}"}
+                   for name in ("lookup", "validate-code", "subsumes")],
+    "ValueSet": [{"name": name, "definition": f"{OPERATION_BASE}/ValueSet-{name}"}
+                 for name in ("expand", "validate-code")],
+    "ConceptMap": [{"name": "translate",
+                    "definition": f"{OPERATION_BASE}/ConceptMap-translate"}],
+}
 SUBSCRIPTION_OPERATIONS = [
     {"name": "status", "definition": f"{BACKPORT}/backport-subscription-status",
      "documentation": "Type level (GET or POST [base]/Subscription/$status: id and status "
@@ -68,7 +79,8 @@ def search_params(registry: SearchRegistry, resource_type: str) -> list[dict[str
 
 
 def _resource(registry: SearchRegistry, resource_type: str,
-              type_interactions: Sequence[str]) -> dict[str, Any]:
+              type_interactions: Sequence[str], profiles: Sequence[str] = ()
+              ) -> dict[str, Any]:
     references = sorted(p.code for p in registry.params(resource_type).values()
                         if p.type == "reference")
     revinclude = sorted(f"{source}:{p.code}" for source, params in registry.by_type.items()
@@ -91,7 +103,9 @@ def _resource(registry: SearchRegistry, resource_type: str,
         "searchRevInclude": revinclude,
         "searchParam": search_params(registry, resource_type),
     }
-    resource["operation"] = [VALIDATE]
+    if profiles:  # the profiles $validate and the profile check of writes know
+        resource["supportedProfile"] = list(profiles)
+    resource["operation"] = [VALIDATE, *TERMINOLOGY_OPERATIONS.get(resource_type, ())]
     if resource_type == "Patient":
         resource["operation"] += [{
             "name": "everything",
@@ -112,10 +126,14 @@ def capability_statement(
     bulk_export: bool = False,
     websocket: str | None = None,
     subscriptions: str | None = None,
+    profiles: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The statement; ``websocket`` the subscriptions' websocket URL and ``subscriptions``
-    what is offered of them (the Subscription entry's documentation), when offered."""
-    resources = [_resource(registry, t, type_interactions) for t in sorted(resource_types())]
+    what is offered of them (the Subscription entry's documentation), when offered;
+    ``profiles`` the supported profiles per type."""
+    profiles = profiles or {}
+    resources = [_resource(registry, t, type_interactions, profiles.get(t, ()))
+                 for t in sorted(resource_types())]
     operations: list[dict[str, str]] = [VALIDATE, {
         "name": "everything",
         "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",

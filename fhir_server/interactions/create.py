@@ -14,6 +14,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fhir_server.conformance.profiles import collected_warnings
 from fhir_server.http import (
     check_format,
     conditional_criteria,
@@ -32,8 +33,9 @@ async def create(ctx: FhirContext, request: Request, resource_type: str) -> Resp
     criteria = if_none_exist(request)
     if criteria is None:
         criteria = conditional_criteria(request) or None
-    stored, created = await ctx.caller(request).create(body, expected_type=resource_type,
-                                                       if_none_exist=criteria)
+    with collected_warnings() as warnings:
+        stored, created = await ctx.caller(request).create(
+            body, expected_type=resource_type, if_none_exist=criteria)
     location = ctx.location(request, resource_type, stored.id, stored.version)
     return resource_response(stored, 201 if created else 200, prefer=prefer_return(request),
-                             location=location)
+                             location=location, issues=warnings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fhir_server.conformance.profiles import collected_warnings
 from fhir_server.http import (
     check_format,
     conditional_criteria,
@@ -26,11 +27,12 @@ async def update(ctx: FhirContext, request: Request, resource_type: str, resourc
     check_format(request)
     if_match = parse_etag(request.headers.get("if-match"))
     body = await read_json_body(request)
-    stored, created = await ctx.caller(request).update(resource_type, resource_id, body,
-                                                       if_match=if_match)
+    with collected_warnings() as warnings:
+        stored, created = await ctx.caller(request).update(resource_type, resource_id, body,
+                                                           if_match=if_match)
     location = ctx.location(request, resource_type, stored.id, stored.version)
     return resource_response(stored, 201 if created else 200, prefer=prefer_return(request),
-                             location=location)
+                             location=location, issues=warnings)
 
 
 async def conditional_update(ctx: FhirContext, request: Request, resource_type: str

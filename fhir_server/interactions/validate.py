@@ -3,8 +3,12 @@
 
 The body is the resource itself, or a ``Parameters`` resource with the ``resource`` to
 check and optionally ``mode`` (``create`` | ``update`` | ``delete``) and ``profile``. The
-check is the deepest the server has: the R4 JSON Schema and the fhir.resources models
-together, whatever ``HEALTHPLATFORM_FHIR_STRICT_VALIDATION`` says for writes.
+check is the full StructureDefinition validation (:mod:`fhir_server.conformance`): the
+resource's type, the profiles it claims (``meta.profile``) and the ``profile`` asked for
+(a profile the server does not know is an error), invariants, terminology, references
+and the rules the specification states in prose, as the HL7 reference validator does.
+Each issue names its location (``expression``) and the rule that failed
+(``details.coding``: an invariant's key, or the validator's rule).
 
 As the operation defines, a resource found invalid is a successful validation: 200 with
 an OperationOutcome listing the issues (one ``information`` issue when there are none).
@@ -22,7 +26,7 @@ from starlette.responses import Response
 from fhir_server.http import FhirResponse, check_format, read_json_body
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError, Issue, operation_outcome
-from fhir_server.validation import validation_issues
+from fhir_server.validation import check_shape
 
 MODES = ("create", "update", "delete")
 
@@ -42,13 +46,17 @@ async def validate(ctx: FhirContext, request: Request, resource_type: str,
         if resource is None:
             raise FhirError.of(400, "required", "No resource to validate: send it as the "
                                "body or as the 'resource' parameter of a Parameters body")
-        issues += validation_issues(resource, resource_type)
+        try:
+            check_shape(resource, resource_type)
+        except FhirError as exc:
+            issues += exc.issues
+        else:
+            issues += await ctx.service.conformance.validate(resource, profiles, fresh=True)
         issues += _mode_issues(resource, resource_type, resource_id, mode)
-    issues += [Issue("warning", "not-supported", f"Profile {p!r} was not checked: only the "
-                     "base R4 definitions are", ("profile",)) for p in profiles]
     if not any(issue.severity in ("error", "fatal") for issue in issues):
+        checked = f" and {', '.join(profiles)}" if profiles else ""
         issues.insert(0, Issue("information", "informational",
-                               f"No errors: the {resource_type} is valid FHIR R4"))
+                               f"No errors: the {resource_type} is valid FHIR R4{checked}"))
     return FhirResponse(operation_outcome(issues))
 
 

@@ -153,7 +153,9 @@ async def test_validate_takes_parameters_with_mode_and_profile(client, h):
     issues = response.json()["issue"]
     assert any(i["severity"] == "error" and "not the id in the URL" in i["diagnostics"]
                for i in issues)
-    assert any(i["severity"] == "warning" and i["code"] == "not-supported" for i in issues)
+    # a profile the server does not know cannot be checked: an error naming it
+    assert any(i["severity"] == "error" and i["code"] == "not-found"
+               and "ke-patient" in i["diagnostics"] for i in issues)
 
     delete_ok = await client.post(f"/fhir/Patient/{patient_id}/$validate?mode=delete",
                                   json={"resourceType": "Parameters"}, headers=h)
