@@ -130,6 +130,8 @@ class _Builder:
         wheres = self._wheres(view.get("where"))
         if self.issues:
             raise ViewInvalid(self.issues)
+        if len(top.selects) == 1:  # the view's rows are its one select's rows
+            top = top.selects[0]
         return CompiledView(str(resource), view.get("name"), list(self.columns.values()),
                             top, wheres, view)
 
@@ -249,7 +251,8 @@ class _Builder:
         kind = column_type(declared, compiled.type, collection,
                            column.get("tag") if isinstance(column.get("tag"), list) else None)
         self.columns[name] = ViewColumn(name, path, kind, column.get("description"))
-        return Column(name, compiled.fn, collection, path.strip() == "%rowIndex")
+        return Column(name, compiled.fn, collection, path.strip() == "%rowIndex",
+                      compiled.scalar)
 
     def _path(self, path: Any, where: str, context: str | None, many: bool | None
               ) -> Compiled | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from fhir_server.views.fhirpath import Ctx, Fn, Items
+from fhir_server.views.fhirpath import MANY, Ctx, Fn, Items, Scalar
 
 Row = tuple[Any, ...]
 
@@ -34,8 +34,13 @@ class Column:
     fn: Fn
     collection: bool
     row_index: bool = False  # the path is %rowIndex (0 on an empty forEachOrNull)
+    scalar: Scalar | None = None  # the path's fast form (see fhirpath.Compiled)
 
     def value(self, focus: Any, ctx: Ctx) -> Any:
+        if self.scalar is not None and not self.collection:
+            single = self.scalar(focus, ctx)
+            if single is not MANY:
+                return single
         found = self.fn([focus], ctx)
         if self.collection:
             return found
@@ -95,6 +100,9 @@ class Selection:
                 self._traverse(child, ctx, found)
 
     def rows(self, node: Any, ctx: Ctx) -> list[Row]:
+        if self.for_each is None and not self.repeat and not self.selects \
+                and not self.union:  # one row of plain columns: the common view
+            return [tuple([column.value(node, ctx) for column in self.columns])]
         iterates = self.for_each is not None or bool(self.repeat)
         foci = self.foci(node, ctx) if iterates else [node]
         out: list[Row] = []

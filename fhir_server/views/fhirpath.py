@@ -56,17 +56,34 @@ class Ctx:
 
 
 Fn = Callable[[Items, Ctx], Items]
+# The fast form of a path that yields at most one value (see Compiled.scalar).
+Scalar = Callable[[Any, Ctx], Any]
+
+
+class _Many:
+    """What a scalar form answers when the data holds a list where the R4 definitions
+    say one value: the caller evaluates the path's general form instead."""
+
+
+MANY = _Many()
 
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
     """A compiled path: its function, the FHIR type it ends in (a datatype, a resource or
     a backbone element's schema name such as ``Patient_Contact``; None when unknown), and
-    whether it can yield several values (None when unknown)."""
+    whether it can yield several values (None when unknown).
+
+    ``scalar``, for a path that cannot yield several values and whose steps are plain
+    navigation (``subject.reference``, ``value.ofType(Quantity).value``,
+    ``getResourceKey()``): the same path as ``scalar(item, ctx)`` → the value or None,
+    without building a collection at each step (the common column, five times faster);
+    :data:`MANY` where the data disagrees with the definitions."""
 
     fn: Fn
     type: str | None = None
     many: bool | None = False
+    scalar: Scalar | None = None
 
 
 # --- tokens ------------------------------------------------------------------------------
@@ -342,19 +359,20 @@ class PathCompiler:
     def _base(self, n: Node, context: str | None, many: bool | None) -> Compiled:
         """The input of a member or function: its base, or the input itself."""
         if n.base is None:
-            return Compiled(_identity, context, many)
+            return Compiled(_identity, context, many,
+                            _scalar_identity if many is False else None)
         return self.node(n.base, context, many)
 
     # -- terms -----------------------------------------------------------------------------
     def _literal(self, n: Node, context: str | None, many: bool | None) -> Compiled:
-        value = [n.value]
-        return Compiled(lambda items, ctx: value, n.name, False)
+        value, single = [n.value], n.value
+        return Compiled(lambda items, ctx: value, n.name, False, lambda item, ctx: single)
 
     def _empty(self, n: Node, context: str | None, many: bool | None) -> Compiled:
         return Compiled(lambda items, ctx: [], None, False)
 
     def _this(self, n: Node, context: str | None, many: bool | None) -> Compiled:
-        return Compiled(_identity, context, many)
+        return Compiled(_identity, context, many, _scalar_identity if many is False else None)
 
     def _type(self, n: Node, context: str | None, many: bool | None) -> Compiled:
         raise UnsupportedPath(f"a type name ({n.name}) is not a value here")
@@ -366,7 +384,8 @@ class PathCompiler:
         if name in ("resource", "rootResource", "context"):
             return Compiled(lambda items, ctx: [ctx.resource], self.resource_type, False)
         if name == "rowIndex":
-            return Compiled(lambda items, ctx: [ctx.row_index], "integer", False)
+            return Compiled(lambda items, ctx: [ctx.row_index], "integer", False,
+                            lambda item, ctx: ctx.row_index)
         if name in self.constants:
             value, fhir_type = self.constants[name]
             self.used_constants.add(name)
@@ -393,7 +412,9 @@ class PathCompiler:
         step = _step(base.fn, name)
         if shape is None:
             return Compiled(step, None, _many(base.many, None))
-        return Compiled(step, shape[0], _many(base.many, shape[1]))
+        many_result = _many(base.many, shape[1])
+        scalar = _scalar_step(base.scalar, name) if many_result is False else None
+        return Compiled(step, shape[0], many_result, scalar)
 
     def _index(self, n: Node, context: str | None, many: bool | None) -> Compiled:
         base = self.node(n.base, context, many)  # type: ignore[arg-type]
@@ -462,8 +483,10 @@ class PathCompiler:
             if _property(owner.type, base_node.name) is None:
                 key = base_node.name + _type_key(type_name)
                 shape = _property(owner.type, key)
-                return Compiled(_step(owner.fn, key), fhir_type,
-                                _many(owner.many, shape[1] if shape else None))
+                many_result = _many(owner.many, shape[1] if shape else None)
+                return Compiled(_step(owner.fn, key), fhir_type, many_result,
+                                _scalar_step(owner.scalar, key) if many_result is False
+                                else None)
         base = self.node(base_node, context, many) if base_node is not None \
             else Compiled(_identity, context, many)
         fn = base.fn
@@ -492,6 +515,30 @@ class PathCompiler:
 
 def _identity(items: Items, ctx: Ctx) -> Items:
     return items
+
+
+def _scalar_identity(item: Any, ctx: Ctx) -> Any:
+    return item
+
+
+def _scalar_step(base: Scalar | None, name: str) -> Scalar | None:
+    if base is None:
+        return None
+    if base is _scalar_identity:
+        def first_step(item: Any, ctx: Ctx) -> Any:
+            if item.__class__ is not dict:
+                return None
+            value = item.get(name)
+            return MANY if value.__class__ is list else value
+        return first_step
+
+    def step(item: Any, ctx: Ctx) -> Any:
+        owner = base(item, ctx)
+        if owner.__class__ is not dict:
+            return owner if owner is MANY else None
+        value = owner.get(name)
+        return MANY if value.__class__ is list else value
+    return step
 
 
 def _step(base: Fn, name: str) -> Fn:
@@ -929,7 +976,16 @@ def _f_resource_key(c: PathCompiler, base: Compiled, args: tuple[Node, ...]) -> 
 
     def resource_key(items: Items, ctx: Ctx) -> Items:
         return [i["id"] for i in fn(items, ctx) if isinstance(i, dict) and i.get("id")]
-    return Compiled(resource_key, "id", base.many)
+    scalar = None
+    if base.scalar is not None:
+        inner = base.scalar
+
+        def scalar(item: Any, ctx: Ctx) -> Any:
+            found = inner(item, ctx)
+            if found is MANY:
+                return MANY
+            return found.get("id") if found.__class__ is dict else None
+    return Compiled(resource_key, "id", base.many, scalar)
 
 
 _REFERENCE = re.compile(
@@ -959,7 +1015,14 @@ def _f_reference_key(c: PathCompiler, base: Compiled, args: tuple[Node, ...]) ->
 
     def key(items: Items, ctx: Ctx) -> Items:
         return [k for i in fn(items, ctx) if (k := reference_key(i, wanted)) is not None]
-    return Compiled(key, "id", base.many)
+    scalar = None
+    if base.scalar is not None:
+        inner = base.scalar
+
+        def scalar(item: Any, ctx: Ctx) -> Any:
+            found = inner(item, ctx)
+            return MANY if found is MANY else reference_key(found, wanted)
+    return Compiled(key, "id", base.many, scalar)
 
 
 def _boundary(high: bool) -> Factory:
