@@ -312,4 +312,14 @@ def compile_view(view: Any, *, known_type: Any = None, where: str = "ViewDefinit
     return _Builder(view, known_type, where, strict).build()
 
 
+def view_issues(view: Any) -> list[Issue]:
+    """Everything wrong with a ViewDefinition to be stored (strict: see
+    :func:`compile_view`); empty when it compiles."""
+    try:
+        compile_view(view, strict=True)
+    except ViewInvalid as exc:
+        return exc.issues
+    return []
+
+
 __all__ = ["CompiledView", "ViewColumn", "ViewError", "ViewInvalid", "compile_view"]
