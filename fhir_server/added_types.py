@@ -50,10 +50,16 @@ def structure(resource_type: str) -> JSON | None:
     return next((sd for sd in structures() if sd["type"] == resource_type), None)
 
 
+# A datatype the R4 schema does not define, checked as the one it specializes: R4's
+# schema leaves out the types no R4 resource reaches (oid, uuid), and integer64 is R5's
+# (a string in JSON).
+STANDS_FOR = {"oid": "uri", "uuid": "uri", "integer64": "string"}
+
+
 def schema_definitions(known: frozenset[str]) -> dict[str, JSON]:
     """JSON Schema definitions of every added type (R4 schema conventions); ``known``:
-    the datatypes the schema defines (a choice type R4 lacks, such as R5's
-    ``integer64``, is left out: ``valueInteger64`` is then an unknown element)."""
+    the datatypes the schema defines (others as :data:`STANDS_FOR` says, else left
+    out)."""
     definitions: dict[str, JSON] = {}
     for sd in structures():
         definitions.update(_definitions_of(sd, known))
@@ -80,8 +86,11 @@ def _definitions_of(sd: JSON, known: frozenset[str]) -> dict[str, JSON]:
         if element.get("contentReference"):
             targets = [(name, _definition_name(element["contentReference"].lstrip("#")))]
         elif name.endswith("[x]"):
-            targets = [(name[:-3] + t["code"][:1].upper() + t["code"][1:], t["code"])
-                       for t in element["type"] if t["code"] in known]
+            codes = [t["code"] if t["code"] in known else STANDS_FOR.get(t["code"], "")
+                     for t in element["type"]]
+            targets = [(name[:-3] + t["code"][:1].upper() + t["code"][1:], code)
+                       for t, code in zip(element["type"], codes, strict=True)
+                       if code in known]
         else:
             code = element["type"][0]["code"]
             if code == "BackboneElement":

@@ -71,6 +71,7 @@ from fhir_server.interactions.subscription import (
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
+from fhir_server.interactions.view_run import run_instance, run_type
 from fhir_server.interactions.vread import vread
 from fhir_server.openapi import describe_routes
 from fhir_server.search.registry import SearchRegistry, builtin_registry
@@ -197,6 +198,16 @@ ROUTES: tuple[FhirRoute, ...] = (
               errors=(404,)),
     FhirRoute("GET", "/$export-file/{job_id}/{name}", "$export output file (NDJSON)",
               export_file, returns="ndjson", errors=(404,)),
+    # -- SQL on FHIR v2: a view's rows, synchronously
+    *(FhirRoute(method, path, f"$run ({level} level): a view's rows as json, ndjson, "
+                "csv or parquet", handler, returns="rows",
+                body="parameters" if method == "POST" else "",
+                errors=(400, 403, 404, 406, 413, 415, 422))
+      for path, level, handler in (("/ViewDefinition/$run", "type", run_type),
+                                   ("/$viewdefinition-run", "system", run_type),
+                                   ("/ViewDefinition/{resource_id}/$run", "instance",
+                                    run_instance))
+      for method in ("GET", "POST")),
     # -- subscriptions (R5 backport operations)
     FhirRoute("GET", "/Subscription/{resource_id}/$status", "Subscription/$status: its "
               "SubscriptionStatus", subscription_status, errors=READ_ERRORS),

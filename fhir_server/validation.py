@@ -172,6 +172,19 @@ def _content_issues(body: dict[str, Any], resource_type: str) -> list[Issue]:
     return view_issues(body)
 
 
+def structure_issues(body: Any, expected_type: str | None = None) -> list[Issue]:
+    """What the JSON Schema alone finds wrong with ``body`` (for a resource that is run
+    rather than stored, such as a ViewDefinition sent to ``$run``)."""
+    try:
+        resource_type = _check_shape(body, expected_type)
+    except FhirError as exc:
+        return exc.issues
+    validator = _validator(resource_type)
+    if validator is None or validator.is_valid(body):
+        return []
+    return list(_schema_issues(validator, body, resource_type))
+
+
 def validation_issues(body: Any, expected_type: str | None = None) -> list[Issue]:
     """Everything both validators find wrong with ``body`` (``$validate``): the schema's
     issues, then the fhir.resources models' on elements the schema did not name."""
