@@ -71,6 +71,16 @@ from fhir_server.interactions.subscription import (
 from fhir_server.interactions.transaction import transaction_or_batch
 from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
+from fhir_server.interactions.view_export import (
+    cancel_export as cancel_view_export,
+)
+from fhir_server.interactions.view_export import (
+    export_result as view_export_result,
+)
+from fhir_server.interactions.view_export import (
+    export_status as view_export_status,
+)
+from fhir_server.interactions.view_export import export_views
 from fhir_server.interactions.view_run import run_instance, run_type
 from fhir_server.interactions.vread import vread
 from fhir_server.openapi import describe_routes
@@ -208,6 +218,22 @@ ROUTES: tuple[FhirRoute, ...] = (
                                    ("/ViewDefinition/{resource_id}/$run", "instance",
                                     run_instance))
       for method in ("GET", "POST")),
+    # -- SQL on FHIR v2: views' rows to files, asynchronously (on the Bulk export jobs)
+    *(FhirRoute("POST", path, f"$viewdefinition-export ({level} level): views' rows to "
+                "ndjson, csv, json or parquet files", export_views, ok=(202,),
+                returns="Parameters", body="parameters",
+                errors=(400, 403, 404, 406, 413, 415, 422, 429, 501))
+      for path, level in (("/ViewDefinition/$viewdefinition-export", "type"),
+                          ("/$viewdefinition-export", "system"))),
+    FhirRoute("GET", "/$viewdefinition-export-status/{job_id}", "$viewdefinition-export "
+              "status: 202 while running, then 303 to the result", view_export_status,
+              ok=(202, 303), returns="Parameters", errors=(404,)),
+    FhirRoute("DELETE", "/$viewdefinition-export-status/{job_id}", "$viewdefinition-export "
+              "cancel: stops it and removes its files", cancel_view_export, ok=(202,),
+              returns="OperationOutcome", errors=(404,)),
+    FhirRoute("GET", "/$viewdefinition-export-result/{job_id}", "$viewdefinition-export "
+              "result: each view's file locations", view_export_result, ok=(200, 202),
+              returns="Parameters", errors=(404, 500)),
     # -- subscriptions (R5 backport operations)
     FhirRoute("GET", "/Subscription/{resource_id}/$status", "Subscription/$status: its "
               "SubscriptionStatus", subscription_status, errors=READ_ERRORS),

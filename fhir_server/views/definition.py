@@ -250,8 +250,9 @@ class _Builder:
         declared = column.get("type") if isinstance(column.get("type"), str) else None
         kind = column_type(declared, compiled.type, collection,
                            column.get("tag") if isinstance(column.get("tag"), list) else None)
-        self.columns[name] = ViewColumn(name, path, kind, column.get("description"))
-        return Column(name, compiled.fn, collection, path.strip() == "%rowIndex",
+        text = str(path)  # a string: _path compiled it
+        self.columns[name] = ViewColumn(name, text, kind, column.get("description"))
+        return Column(name, compiled.fn, collection, text.strip() == "%rowIndex",
                       compiled.scalar)
 
     def _path(self, path: Any, where: str, context: str | None, many: bool | None
