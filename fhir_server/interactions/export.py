@@ -121,7 +121,12 @@ async def cancel_export(ctx: FhirContext, request: Request, job_id: str) -> Resp
 async def export_file(ctx: FhirContext, request: Request, job_id: str, name: str
                       ) -> Response:
     path = await bulk_jobs(ctx).file(ctx.caller(request), job_id, name)
-    return FileResponse(path, media_type=NDJSON)
+    return FileResponse(path, media_type=FILE_TYPES.get(path.suffix, NDJSON))
+
+
+# A $viewdefinition-export's files are of the format asked; $export's are NDJSON.
+FILE_TYPES = {".parquet": "application/vnd.apache.parquet", ".csv": "text/csv",
+              ".json": "application/json", ".ndjson": NDJSON}
 
 
 def bulk_jobs(ctx: FhirContext) -> BulkExports:

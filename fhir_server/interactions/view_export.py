@@ -187,7 +187,8 @@ async def export_result(ctx: FhirContext, request: Request, job_id: str) -> Resp
     asked = ViewExportRequest.from_json(job["request"])
     base = ctx.fhir_base(request)
     files = job["progress"]["files"]
-    started, ended = job["created"], job.get("finished", job["created"])
+    started: float = job["created"]
+    ended: float = job.get("finished") or started
     outputs = []
     for view in asked.views:
         locations = [{"name": "location",
