@@ -1,9 +1,12 @@
 """The public-health reports' line lists, as SQL on FHIR ViewDefinitions shipped as data.
 
 ``data/views/*.json`` holds one ViewDefinition per line list (``notifiable_cases``: a row
-per notifiable case; ``patient_birth_dates``: a row per patient). They are checked and
-compiled once, as a stored view would be (:func:`fhir_server.views.definition.compile_view`,
-strict), and the reports aggregate their rows: what a case's disease, onset, facility,
+per notifiable case; ``patient_birth_dates``: a row per patient; the syndromic
+surveillance's ``surveillance_encounters``, ``surveillance_conditions`` and
+``surveillance_observations``: what each encounter, diagnosis and measurement says).
+They are checked and compiled once, as a stored view would be
+(:func:`fhir_server.views.definition.compile_view`, strict), and the reports aggregate
+their rows: what a case's disease, onset, facility,
 classification or outcome is comes from the view, where an analyst can read and change
 it (the same file runs as is through ``POST /fhir/ViewDefinition/$run``).
 """
@@ -35,4 +38,5 @@ def rows(name: str, found: list[JSON]) -> list[JSON]:
     return [row for resource in found for row in view.dicts(resource)]
 
 
-VIEWS = ("notifiable_cases", "patient_birth_dates")
+VIEWS = ("notifiable_cases", "patient_birth_dates", "surveillance_encounters",
+         "surveillance_conditions", "surveillance_observations")
