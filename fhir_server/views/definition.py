@@ -308,7 +308,7 @@ def compile_view(view: Any, *, known_type: Any = None, where: str = "ViewDefinit
     ``$run``): only a column that *does* find several values in a resource fails, which
     is all the specification's processing algorithm checks."""
     if known_type is None:
-        from fhir_server.validation import is_resource_type
+        from fhir_server.definitions import is_resource_type
         known_type = is_resource_type
     return _Builder(view, known_type, where, strict).build()
 

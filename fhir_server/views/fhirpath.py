@@ -275,7 +275,7 @@ def _date_literal(text: str) -> Node:
 # --- the R4 shapes, for static types ------------------------------------------------------------
 @cache
 def _definitions() -> Mapping[str, Any]:
-    from fhir_server.validation import schema_definitions
+    from fhir_server.definitions import schema_definitions
     return schema_definitions()
 
 
