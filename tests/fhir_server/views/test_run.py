@@ -190,3 +190,23 @@ async def test_supplied_resources_are_run_without_reading_the_servers_data(
     assert answer.json() == [{"id": "bp-1", "patient": "p-1",
                               "effective": "2026-03-02T09:30:00+03:00",
                               "systolic": 101, "diastolic": 65}]
+
+
+async def test_an_api_key_needs_read_on_every_type_to_run_a_view(
+        client: httpx.AsyncClient, clinics: Clinics) -> None:
+    """A view reads its resource type and may name a stored view: the access table asks
+    ``*:read`` of a key, as for a system search or a Bulk export."""
+    headers = clinics.clinic.admin["headers"]
+
+    async def key(scopes: list[str]) -> dict[str, str]:
+        made = await client.post("/api/developer/keys", headers=headers,
+                                 json={"name": "Analytics", "scopes": scopes})
+        assert made.status_code == 201, made.text
+        return {"X-API-Key": made.json()["data"]["key"]}
+
+    narrow = await key(["Observation:read"])
+    refused = await client.post(RUN, headers=narrow, json=run_parameters(BLOOD_PRESSURE))
+    assert refused.status_code == 403, refused.text
+    broad = await key(["*:read"])
+    allowed = await client.post(RUN, headers=broad, json=run_parameters(BLOOD_PRESSURE))
+    assert allowed.status_code == 200 and len(allowed.json()) == 3
