@@ -2,6 +2,8 @@
 
 - :mod:`.fhirpath`: a compiler from the FHIRPath a view may use to Python closures, with
   the static type and cardinality of each path (what a column holds, whether it repeats);
+  its parser is :mod:`.syntax`, its functions :mod:`.functions`, and what the closures
+  are made of (collections, operators) :mod:`.runtime`;
 - :mod:`.definition`: a ViewDefinition checked (names, unions, paths, collections) and
   compiled once into a row function (:class:`~.definition.CompiledView`);
 - :mod:`.engine`: the specification's processing algorithm over one resource;

@@ -23,14 +23,9 @@ from typing import Any
 
 from fhir_server.outcome import FhirError, Issue
 from fhir_server.views.engine import Column, Row, Selection, ViewError, Where, where_clause
-from fhir_server.views.fhirpath import (
-    Compiled,
-    Ctx,
-    EvaluationError,
-    Items,
-    PathCompiler,
-    UnsupportedPath,
-)
+from fhir_server.views.fhirpath import PathCompiler
+from fhir_server.views.runtime import Compiled, Ctx, EvaluationError, Items
+from fhir_server.views.syntax import UnsupportedPath
 from fhir_server.views.types import ColumnType, column_type
 
 JSON = dict[str, Any]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from fhir_server.views.fhirpath import MANY, Ctx, Fn, Items, Scalar
+from fhir_server.views.runtime import MANY, Ctx, Fn, Items, Scalar
 
 Row = tuple[Any, ...]
 
