@@ -183,6 +183,11 @@ def _query_parameters(route: Route, registry: SearchRegistry, resource_type: str
     if route.path.endswith("/$export") and route.method == "GET":
         return [{"$ref": f"#/components/parameters/{name}"}
                 for name in ("_outputFormat", "_type", "_since", "_typeFilter")]
+    if route.path.endswith("$run") or route.path.endswith("$viewdefinition-run"):
+        return [{"name": name, "in": "query", "schema": {"type": "string"},
+                 "description": text} for name, text in RUN_PARAMETERS
+                if route.method == "GET" and (name != "viewReference"
+                                              or "{resource_id}" not in route.path)]
     if route.path.endswith("/$everything"):
         return [{"$ref": "#/components/parameters/_since"},
                 {"$ref": "#/components/parameters/_type"},
@@ -206,6 +211,17 @@ def _query_parameters(route: Route, registry: SearchRegistry, resource_type: str
         return [{"$ref": "#/components/parameters/_summary"},
                 {"$ref": "#/components/parameters/_elements"}]
     return []
+
+
+RUN_PARAMETERS = (
+    ("_format", "json (default), ndjson, csv or parquet (or the Accept header)"),
+    ("header", "csv: a header line (default true)"),
+    ("_limit", "at most this many rows"),
+    ("_since", "only resources changed after this instant"),
+    ("patient", "only what is about this Patient (repeatable)"),
+    ("group", "only what is about the members of this Group (repeatable)"),
+    ("viewReference", "the stored ViewDefinition to run (ViewDefinition/[id] or its url)"),
+)
 
 
 def _searchable(registry: SearchRegistry, resource_type: str) -> list[Any]:
@@ -267,6 +283,14 @@ def _success_content(route: Route, resource_type: str | None) -> JSON:
     if route.returns == "ndjson":
         return {"application/fhir+ndjson": {"schema": {"type": "string", "description":
                 "One resource per line"}}}
+    if route.returns == "rows":  # SQL on FHIR $run: the view's rows as _format asks
+        return {"application/json": {"schema": {"type": "array", "items": {
+                    "type": "object", "description": "One row: column name → value"}}},
+                "application/x-ndjson": {"schema": {"type": "string",
+                                                    "description": "One row per line"}},
+                "text/csv": {"schema": {"type": "string"}},
+                "application/vnd.apache.parquet": {"schema": {"type": "string",
+                                                              "format": "binary"}}}
     body = _resource(resource_type) if route.returns == "resource" else _resource(
         route.returns)
     return {FHIR_JSON: {"schema": body}}

@@ -78,6 +78,17 @@ from fhir_server.interactions.update import conditional_update, update
 from fhir_server.interactions.validate import validate
 from fhir_server.interactions.valueset_expand import valueset_expand
 from fhir_server.interactions.valueset_validate_code import valueset_validate_code
+from fhir_server.interactions.view_export import (
+    cancel_export as cancel_view_export,
+)
+from fhir_server.interactions.view_export import (
+    export_result as view_export_result,
+)
+from fhir_server.interactions.view_export import (
+    export_status as view_export_status,
+)
+from fhir_server.interactions.view_export import export_views
+from fhir_server.interactions.view_run import run_instance, run_type
 from fhir_server.interactions.vread import vread
 from fhir_server.openapi import describe_routes
 from fhir_server.search.registry import SearchRegistry, builtin_registry
@@ -234,6 +245,32 @@ ROUTES: tuple[FhirRoute, ...] = (
               errors=(404,)),
     FhirRoute("GET", "/$export-file/{job_id}/{name}", "$export output file (NDJSON)",
               export_file, returns="ndjson", errors=(404,)),
+    # -- SQL on FHIR v2: a view's rows, synchronously
+    *(FhirRoute(method, path, f"$run ({level} level): a view's rows as json, ndjson, "
+                "csv or parquet", handler, returns="rows",
+                body="parameters" if method == "POST" else "",
+                errors=(400, 403, 404, 406, 413, 415, 422))
+      for path, level, handler in (("/ViewDefinition/$run", "type", run_type),
+                                   ("/$viewdefinition-run", "system", run_type),
+                                   ("/ViewDefinition/{resource_id}/$run", "instance",
+                                    run_instance))
+      for method in ("GET", "POST")),
+    # -- SQL on FHIR v2: views' rows to files, asynchronously (on the Bulk export jobs)
+    *(FhirRoute("POST", path, f"$viewdefinition-export ({level} level): views' rows to "
+                "ndjson, csv, json or parquet files", export_views, ok=(202,),
+                returns="Parameters", body="parameters",
+                errors=(400, 403, 404, 406, 413, 415, 422, 429, 501))
+      for path, level in (("/ViewDefinition/$viewdefinition-export", "type"),
+                          ("/$viewdefinition-export", "system"))),
+    FhirRoute("GET", "/$viewdefinition-export-status/{job_id}", "$viewdefinition-export "
+              "status: 202 while running, then 303 to the result", view_export_status,
+              ok=(202, 303), returns="Parameters", errors=(404,)),
+    FhirRoute("DELETE", "/$viewdefinition-export-status/{job_id}", "$viewdefinition-export "
+              "cancel: stops it and removes its files", cancel_view_export, ok=(202,),
+              returns="OperationOutcome", errors=(404,)),
+    FhirRoute("GET", "/$viewdefinition-export-result/{job_id}", "$viewdefinition-export "
+              "result: each view's file locations", view_export_result, ok=(200, 202),
+              returns="Parameters", errors=(404, 500)),
     # -- subscriptions (R5 backport operations)
     FhirRoute("GET", "/Subscription/{resource_id}/$status", "Subscription/$status: its "
               "SubscriptionStatus", subscription_status, errors=READ_ERRORS),

@@ -186,6 +186,17 @@ def _fhir_rules() -> dict[tuple[str, str], Rule]:
                ("ValueSet", "{}/$expand"), ("ValueSet", "$validate-code"),
                ("ValueSet", "{}/$validate-code"), ("ConceptMap", "$translate"),
                ("ConceptMap", "{}/$translate"))},
+        # SQL on FHIR v2: a view reads the resources of its type (what the caller may
+        # search, as for a system search: *:read), and a stored view; its export is a Bulk
+        # export (status, result and cancel the exporting client's only, files as $export's).
+        **{(method, path): all_read for method in ("GET", "POST")
+           for path in ("/fhir/ViewDefinition/$run", "/fhir/$viewdefinition-run",
+                        "/fhir/ViewDefinition/{}/$run")},
+        **{("POST", path): all_read for path in ("/fhir/ViewDefinition/$viewdefinition-export",
+                                                 "/fhir/$viewdefinition-export")},
+        ("GET", "/fhir/$viewdefinition-export-status/{}"): all_read,
+        ("DELETE", "/fhir/$viewdefinition-export-status/{}"): all_read,
+        ("GET", "/fhir/$viewdefinition-export-result/{}"): all_read,
         # Subscription operations read the Subscriptions they name
         ("GET", "/fhir/Subscription/{}/$status"): Rule(AUTHENTICATED, scope="Subscription:read",
                                                        limit="read"),

@@ -10,6 +10,8 @@ which the test of this generator runs it on. Each input may be plain, ``.gz`` or
 - ``search-parameters.json``: the Bundle of all 1,378 R4 SearchParameter resources;
 - ``compartmentdefinition-patient.json``: which parameters put a resource in a Patient's
   compartment (compartment search and ``Patient/$everything``);
+- ``fhir_server/data/added-types.json`` (in the repository): the StructureDefinitions and
+  SearchParameters of the types the server adds to R4 (ViewDefinition);
 - ``profiles-resources.json`` / ``profiles-types.json``: the StructureDefinitions,
   read for the names of choice elements (``value[x]``: FHIR JSON spells them
   ``valueQuantity``, so the FHIRPath evaluator must know them) and for the elements that
@@ -36,6 +38,7 @@ DEFAULT_SOURCE = ROOT.parent / "shared" / "fhir-r4"
 OUT = ROOT / "fhir_server" / "data" / "search_parameters.json"
 sys.path.insert(0, str(ROOT))
 
+from fhir_server import added_types  # noqa: E402
 from fhir_server.search.fhirpath import expression_for  # noqa: E402
 from fhir_server.search.registry import modifiers_for  # noqa: E402
 
@@ -104,7 +107,9 @@ def description_for(description: str, base: str) -> str:
 
 
 def registry(source: Path) -> dict[str, list[dict[str, Any]]]:
-    definitions = load_bundle(source, "search-parameters.json")
+    # R4's parameters, and those of the types the server adds (fhir_server/added_types.py)
+    definitions = [*load_bundle(source, "search-parameters.json"),
+                   *added_types.search_parameters()]
     by_url = {d["url"]: d for d in definitions}
     per_type: dict[str, list[dict[str, Any]]] = {}
     for d in definitions:
@@ -152,7 +157,8 @@ def build(source: Path) -> dict[str, Any]:
                   "scripts/generate_search_parameters.py",
         "choiceElements": choice_elements(source),
         "patientCompartment": patient_compartment(source),
-        "elements": summary_elements(source),
+        "elements": dict(sorted({**summary_elements(source),
+                                 **added_types.summary_elements()}.items())),
         "resources": resources,
     }
 

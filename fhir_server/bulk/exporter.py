@@ -191,23 +191,10 @@ class Exporter:
         stored = await self.caller.read("Group", self.request.group_id,
                                         self.progress.group_version)
         self.progress.group_version = stored.version
-        group = orjson.loads(stored.body)
-        members: list[str] = []
-        for member in group.get("member") or []:
-            reference = (member.get("entity") or {}).get("reference")
-            if member.get("inactive") is True or not isinstance(reference, str):
-                continue
-            parsed = parse_reference(reference)
-            if parsed.resource_type == "Patient" and parsed.id:
-                members.append(parsed.id)
-        return list(dict.fromkeys(members))
+        return group_member_ids(orjson.loads(stored.body))
 
     def _first_member(self, stored: StoredResource, order: dict[str, int]) -> int:
-        resource = orjson.loads(stored.body)
-        patients = set(self.caller.patients_of(resource))
-        if stored.resource_type == "Patient":
-            patients.add(stored.id)
-        return min((order[p] for p in patients if p in order), default=-1)
+        return first_member(self.caller, stored, order)
 
     async def _filtered(self, found: list[StoredResource]) -> list[StoredResource]:
         """``found`` less what fails its type's ``_typeFilter`` queries (any one admits)."""
@@ -303,6 +290,29 @@ class Exporter:
 
 
 ERRORS = "_errors"  # the key (and file) of the error file's OperationOutcomes
+
+
+def group_member_ids(group: JSON) -> list[str]:
+    """The ids of a Group's active Patient members, in its order, each once."""
+    members: list[str] = []
+    for member in group.get("member") or []:
+        reference = (member.get("entity") or {}).get("reference")
+        if member.get("inactive") is True or not isinstance(reference, str):
+            continue
+        parsed = parse_reference(reference)
+        if parsed.resource_type == "Patient" and parsed.id:
+            members.append(parsed.id)
+    return list(dict.fromkeys(members))
+
+
+def first_member(caller: CallerFhir, stored: StoredResource, order: dict[str, int]) -> int:
+    """The position (in ``order``) of the first patient ``stored`` is about, -1 for none:
+    a resource in several members' compartments is written with the first of them."""
+    resource = orjson.loads(stored.body)
+    patients = set(caller.patients_of(resource))
+    if stored.resource_type == "Patient":
+        patients.add(stored.id)
+    return min((order[p] for p in patients if p in order), default=-1)
 
 
 def file_name(resource_type: str) -> str:

@@ -3,6 +3,8 @@
 A job is a document (collection ``bulk_exports``) holding its request, whose it is, its
 status (``in-progress`` → ``completed`` | ``failed``), the ``transactionTime`` and its
 :class:`~fhir_server.bulk.exporter.Progress`; its files are in ``<directory>/<job id>/``.
+A job is a ``$export`` of resources or, when its request says ``kind: view``, a
+``$viewdefinition-export`` of views' rows (:mod:`fhir_server.bulk.view_exporter`).
 
 - **One export per client at a time**: a kick-off inserts a lock document whose id is the
   client's (``bulk_export_locks``), refused by the store when it exists (so two processes
@@ -34,6 +36,13 @@ from typing import Any, Protocol
 from fhir_server.access import Access
 from fhir_server.bulk.exporter import Exporter, Progress, file_name
 from fhir_server.bulk.request import ExportRequest
+from fhir_server.bulk.view_exporter import (
+    PART_ROWS,
+    ViewExporter,
+    ViewExportRequest,
+    ViewProgress,
+    is_view_export,
+)
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
@@ -73,11 +82,11 @@ class BulkExports:
 
     def __init__(self, service: FhirService, identity: ExportIdentity, directory: Path, *,
                  retention_seconds: float = 86_400, stale_seconds: float = 60,
-                 interval: float = 30, page_size: int = 1000):
+                 interval: float = 30, page_size: int = 1000, part_rows: int = PART_ROWS):
         self.service, self.store, self.identity = service, service.store, identity
         self.directory = directory
         self.retention_seconds, self.stale_seconds = retention_seconds, stale_seconds
-        self.interval, self.page_size = interval, page_size
+        self.interval, self.page_size, self.part_rows = interval, page_size, part_rows
         self._running: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -118,16 +127,18 @@ class BulkExports:
         return {"resumed": resumed, "expired": expired}
 
     # -- the operations ---------------------------------------------------------------------
-    async def kick_off(self, caller: CallerFhir, request: ExportRequest) -> str:
+    async def kick_off(self, caller: CallerFhir, request: ExportRequest | ViewExportRequest
+                       ) -> str:
         """Start an export as ``caller``; its job id. 429 while the client has one
         running."""
         owner = self.identity.owner(caller.access)
         job_id = uuid.uuid4().hex
         now = time.time()
+        progress = ViewProgress() if isinstance(request, ViewExportRequest) else Progress()
         job: JSON = {
             "id": job_id, "owner": owner, "identity": self.identity.dump(caller.access),
             "request": request.to_json(), "status": IN_PROGRESS,
-            "transaction_time": now_instant(), "progress": Progress().to_json(),
+            "transaction_time": now_instant(), "progress": progress.to_json(),
             "created": now, "heartbeat": now, "error": None,
         }
         try:
@@ -163,7 +174,9 @@ class BulkExports:
         """The path of one output file of the caller's completed job."""
         job = await self.job(caller, job_id)
         files = job["progress"]["files"]
-        if job["status"] != COMPLETED or name not in {file_name(t) for t in files}:
+        names = set(files) if is_view_export(job["request"]) else \
+            {file_name(t) for t in files}
+        if job["status"] != COMPLETED or name not in names:
             raise FhirError.of(404, "not-found", f"Export {job_id} has no file {name!r}")
         return self.directory / job_id / name
 
@@ -179,15 +192,23 @@ class BulkExports:
             if caller is None:  # resumed: the client's access as it is now
                 caller = CallerFhir(self.service, await self.identity.load(job["identity"]))
 
-            async def checkpoint(progress: Progress) -> None:
+            async def checkpoint(progress: Progress | ViewProgress) -> None:
                 if await self.store.get_document(JOBS, job_id) is None:
                     raise _Cancelled
                 await self._save({**job, "progress": progress.to_json(),
                                   "heartbeat": time.time()})
 
-            exporter = Exporter(caller, ExportRequest.from_json(job["request"]),
-                                self.directory / job_id, Progress.from_json(job["progress"]),
-                                checkpoint, page_size=self.page_size)
+            exporter: Exporter | ViewExporter
+            if is_view_export(job["request"]):
+                exporter = ViewExporter(
+                    caller, ViewExportRequest.from_json(job["request"]),
+                    self.directory / job_id, ViewProgress.from_json(job["progress"]),
+                    checkpoint, page_size=self.page_size, part_rows=self.part_rows)
+            else:
+                exporter = Exporter(caller, ExportRequest.from_json(job["request"]),
+                                    self.directory / job_id,
+                                    Progress.from_json(job["progress"]), checkpoint,
+                                    page_size=self.page_size)
             progress = await exporter.run()
             await self._finish(job, COMPLETED, progress.to_json(), None)
         except asyncio.CancelledError:

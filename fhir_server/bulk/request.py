@@ -121,5 +121,10 @@ def _types(value: str, known: frozenset[str], level_types: frozenset[str] | None
     return found
 
 
+def is_instant(value: str) -> bool:
+    """Whether ``value`` is a FHIR instant (seconds and a time zone required)."""
+    return _INSTANT.match(value) is not None
+
+
 def query_pairs(query: str) -> list[tuple[str, str]]:
     return parse_qsl(query, keep_blank_values=True)

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fhir_server.added_types import structure
 from fhir_server.clock import now_instant
 from fhir_server.http import FhirResponse, check_format
 from fhir_server.interactions.context import FhirContext
@@ -41,6 +42,11 @@ BULK_LEVELS = {
     "Group": {"name": "export", "definition":
               "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export"},
 }
+# SQL on FHIR v2 (its OperationDefinitions' canonical URLs)
+VIEW_RUN = {"name": "run",
+            "definition": "http://sql-on-fhir.org/OperationDefinition/$viewdefinition-run"}
+VIEW_EXPORT = {"name": "viewdefinition-export", "definition":
+               "http://sql-on-fhir.org/OperationDefinition/$viewdefinition-export"}
 WEBSOCKET = "http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket"
 BACKPORT = "http://hl7.org/fhir/uv/subscriptions-backport/OperationDefinition"
 OPERATION_BASE = "http://hl7.org/fhir/OperationDefinition"
@@ -87,9 +93,11 @@ def _resource(registry: SearchRegistry, resource_type: str,
                         if source != "Resource" for p in params.values()
                         if p.type == "reference" and (not p.targets
                                                       or resource_type in p.targets))
+    added = structure(resource_type)
     resource: dict[str, Any] = {
         "type": resource_type,
-        "profile": f"http://hl7.org/fhir/StructureDefinition/{resource_type}",
+        "profile": added["url"] if added else
+        f"http://hl7.org/fhir/StructureDefinition/{resource_type}",
         "interaction": [{"code": code} for code in type_interactions],
         "versioning": "versioned-update",
         "readHistory": True,
@@ -106,6 +114,8 @@ def _resource(registry: SearchRegistry, resource_type: str,
     if profiles:  # the profiles $validate and the profile check of writes know
         resource["supportedProfile"] = list(profiles)
     resource["operation"] = [VALIDATE, *TERMINOLOGY_OPERATIONS.get(resource_type, ())]
+    if resource_type == "ViewDefinition":
+        resource["operation"] += [VIEW_RUN]
     if resource_type == "Patient":
         resource["operation"] += [{
             "name": "everything",
@@ -138,11 +148,14 @@ def capability_statement(
         "name": "everything",
         "definition": "http://hl7.org/fhir/OperationDefinition/Patient-everything",
     }]
+    operations.append({**VIEW_RUN, "name": "viewdefinition-run"})
     if bulk_export:
-        operations.append(EXPORT)
+        operations += [EXPORT, VIEW_EXPORT]
         for resource in resources:
             if resource["type"] in BULK_LEVELS:
                 resource["operation"].append(BULK_LEVELS[resource["type"]])
+            if resource["type"] == "ViewDefinition":
+                resource["operation"].append(VIEW_EXPORT)
     statement: dict[str, Any] = {
         "resourceType": "CapabilityStatement",
         "status": "active",

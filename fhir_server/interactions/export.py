@@ -55,7 +55,7 @@ async def export_group(ctx: FhirContext, request: Request, group_id: str) -> Res
 async def _kick_off(ctx: FhirContext, request: Request, level: str,
                     group_id: str | None = None) -> Response:
     check_format(request)
-    jobs = _jobs(ctx)
+    jobs = bulk_jobs(ctx)
     prefer = request.headers.get("prefer", "")
     if "respond-async" not in prefer:
         raise FhirError.of(400, "required", "$export runs asynchronously: send "
@@ -83,7 +83,7 @@ async def _kick_off(ctx: FhirContext, request: Request, level: str,
 
 
 async def export_status(ctx: FhirContext, request: Request, job_id: str) -> Response:
-    job = await _jobs(ctx).job(ctx.caller(request), job_id)
+    job = await bulk_jobs(ctx).job(ctx.caller(request), job_id)
     if job["status"] == FAILED:
         raise FhirError.of(500, "exception", job["error"] or "The export failed")
     if job["status"] != COMPLETED:
@@ -113,18 +113,23 @@ async def export_status(ctx: FhirContext, request: Request, job_id: str) -> Resp
 
 
 async def cancel_export(ctx: FhirContext, request: Request, job_id: str) -> Response:
-    await _jobs(ctx).cancel(ctx.caller(request), job_id)
+    await bulk_jobs(ctx).cancel(ctx.caller(request), job_id)
     return FhirResponse(information(f"Export {job_id} cancelled and its files removed"),
                         status_code=202)
 
 
 async def export_file(ctx: FhirContext, request: Request, job_id: str, name: str
                       ) -> Response:
-    path = await _jobs(ctx).file(ctx.caller(request), job_id, name)
-    return FileResponse(path, media_type=NDJSON)
+    path = await bulk_jobs(ctx).file(ctx.caller(request), job_id, name)
+    return FileResponse(path, media_type=FILE_TYPES.get(path.suffix, NDJSON))
 
 
-def _jobs(ctx: FhirContext) -> BulkExports:
+# A $viewdefinition-export's files are of the format asked; $export's are NDJSON.
+FILE_TYPES = {".parquet": "application/vnd.apache.parquet", ".csv": "text/csv",
+              ".json": "application/json", ".ndjson": NDJSON}
+
+
+def bulk_jobs(ctx: FhirContext) -> BulkExports:
     jobs: BulkExports | None = ctx.extras.get(BULK_EXPORTS)
     if jobs is None:
         raise FhirError.of(501, "not-supported", "$export is not offered here")

@@ -79,6 +79,8 @@ CATEGORIES: Mapping[str, frozenset[str]] = {
         "OperationDefinition", "PlanDefinition", "Questionnaire", "SearchParameter",
         "SpecimenDefinition", "StructureDefinition", "StructureMap", "Substance",
         "TerminologyCapabilities", "TestScript", "ValueSet",
+        # SQL on FHIR v2 (an added type): analysts' views, stored like other definitions
+        "ViewDefinition",
     }),
     # who wrote what, recorded by the systems that write clinical data
     "provenance": frozenset({"Provenance"}),

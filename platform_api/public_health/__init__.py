@@ -7,7 +7,8 @@ DHIS2 ``dataValueSets`` export and push, through the client of :mod:`.dhis2`),
 :mod:`.syndromes` (syndromes of encounters from their reasons, diagnoses and vital
 signs), :mod:`.ears` (the CDC EARS C1, C2 and C3 algorithms) and :mod:`.surveillance`
 (the /api/surveillance routes). What is knowledge is data (:mod:`.knowledge`,
-``data/``).
+``data/``), and so are the line lists the reports count (:mod:`.views`: SQL on FHIR
+ViewDefinitions in ``data/views/``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from platform_api.public_health.knowledge import (
     hmis_mapping,
     syndromes,
 )
+from platform_api.public_health.views import VIEWS, line_list
 from platform_api.services import Services
 
 router = APIRouter()
@@ -39,6 +41,8 @@ def install(services: Services) -> None:
     syndromes()
     ears_parameters()
     hmis_mapping(services.settings.hmis_mapping_file)
+    for view in VIEWS:
+        line_list(view)
 
 
 __all__ = ["install", "router"]

@@ -180,16 +180,21 @@ def disease_of(condition: JSON) -> Disease | None:
     written on /fhir or by HL7v2 with ICD-10 alone) the disease whose ICD-10 codes
     its code begins with."""
     codings = (condition.get("code") or {}).get("coding") or []
-    for c in codings:
-        if c.get("system") == DISEASE_SYSTEM:
-            return diseases().get(c.get("code", ""))
-    for c in codings:
-        code = str(c.get("code") or "").upper()
-        if c.get("system") == ICD10 and code:
-            found = next((d for d in diseases().values()
-                          if any(code.startswith(prefix) for prefix in d.icd10)), None)
-            if found is not None:
-                return found
+    key = next((c.get("code") for c in codings if c.get("system") == DISEASE_SYSTEM), None)
+    return disease_named(key, [c.get("code") for c in codings if c.get("system") == ICD10])
+
+
+def disease_named(key: str | None, icd10: list[Any] | None) -> Disease | None:
+    """The disease of a case's IDSR key, else of the first of its ICD-10 codes that some
+    disease's codes begin."""
+    if key is not None:
+        return diseases().get(key)
+    for value in icd10 or ():
+        code = str(value or "").upper()
+        found = next((d for d in diseases().values()
+                      if code and any(code.startswith(prefix) for prefix in d.icd10)), None)
+        if found is not None:
+            return found
     return None
 
 

@@ -17,20 +17,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fhir_server.clock import now_instant
-from fhir_server.ownership import OWNER_SYSTEM, owner_labels
+from fhir_server.ownership import OWNER_SYSTEM
 from fhir_server.service import MAX_SEARCH_RESULTS
 from platform_api.envelope import ApiError, ErrorEnvelope
 from platform_api.facade import ApiContext, require_member
 from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_NURSE
-from platform_api.public_health.cases import (
-    CASE_CRITERIA,
-    case_counts,
-    disease_of,
-    onset_of,
-)
+from platform_api.public_health.cases import CASE_CRITERIA, disease_named
 from platform_api.public_health.dhis2 import Dhis2Client, HmisError, ImportSummary
 from platform_api.public_health.knowledge import Disease, HmisMapping, hmis_mapping
-from platform_api.sessions.common import extension, local_id
+from platform_api.public_health.views import rows
 
 JSON = dict[str, Any]
 AGGREGATE_ROLES = frozenset({ORG_ADMIN, ORG_DOCTOR, ORG_NURSE})
@@ -179,23 +174,30 @@ async def search_days(ctx: ApiContext, resource_type: str, date_param: str, star
 async def cases_between(ctx: ApiContext, start: date, end: date,
                         criteria: list[tuple[str, str]] | None = None) -> list[Case]:
     """The counted (not discarded) notifiable cases the caller may see with onset from
-    ``start`` to ``end``, with the patient's age at onset."""
+    ``start`` to ``end``, with the patient's age at onset: the rows of the shipped
+    ``notifiable_cases`` view (:mod:`.views`) over what one search as the caller finds."""
     found = await search_days(ctx, "Condition", "onset-date", start, end, [
         *CASE_CRITERIA, ("_include", "Condition:subject"), *(criteria or [])])
-    born = {p["id"]: p.get("birthDate") for p in found if p["resourceType"] == "Patient"}
+    born = {row["id"]: row["birth_date"] for row in rows("patient_birth_dates", found)}
     cases = []
-    for condition in found:
-        if condition["resourceType"] != "Condition" or not case_counts(condition):
+    for row in rows("notifiable_cases", found):
+        if row["classification"] == "discarded":
             continue
-        disease, onset = disease_of(condition), onset_of(condition)
+        disease = disease_named(row["disease"], row["icd10"])
+        onset = _day(row["onset"])
         if disease is None or onset is None:
             continue
-        patient = local_id(condition.get("subject"), "Patient")
-        cases.append(Case(condition["id"], disease, onset,
-                          next(iter(sorted(owner_labels(condition))), None),
-                          extension(condition, "case-outcome") == "died",
-                          age_in_years(born.get(patient or ""), onset)))
+        cases.append(Case(row["id"], disease, onset, min(row["owners"], default=None),
+                          row["outcome"] == "died",
+                          age_in_years(born.get(row["patient"] or ""), onset)))
     return cases
+
+
+def _day(instant: str | None) -> date | None:
+    try:
+        return date.fromisoformat(instant[:10]) if instant and len(instant) >= 10 else None
+    except ValueError:
+        return None
 
 
 def owned_by(org_id: str | None) -> list[tuple[str, str]]:

@@ -11,7 +11,9 @@ names (inpatient for SARI). A **syndrome** is present when all its signs are.
 
 :func:`daily_counts` counts, per facility (the encounter's owning organization) and
 syndrome, the encounters of each day (the day the encounter began); one FHIR search as
-the caller, with the conditions and observations brought by ``_revinclude``.
+the caller, with the conditions and observations brought by ``_revinclude``. What each
+encounter, condition and observation says is read through the surveillance line lists,
+ViewDefinitions shipped as data (``data/views/surveillance_*.json``, :mod:`.views`).
 """
 
 from __future__ import annotations
@@ -23,16 +25,12 @@ from datetime import date
 from functools import cache
 from typing import Any
 
-from fhir_server.ownership import owner_labels
 from platform_api.facade import ApiContext
 from platform_api.public_health.knowledge import Sign, negations, signs, syndromes
 from platform_api.public_health.reporting import owned_by, search_days
-from platform_api.sessions.common import local_id
+from platform_api.public_health.views import rows
 
 JSON = dict[str, Any]
-ICD10_SYSTEMS = frozenset({"http://hl7.org/fhir/sid/icd-10", "http://hl7.org/fhir/sid/icd-10-cm"})
-SNOMED = "http://snomed.info/sct"
-LOINC = "http://loinc.org"
 FAHRENHEIT = frozenset({"[degF]", "degF", "°F", "F"})
 CLAUSE = re.compile(r"[.;,:!?\n]| but | however ")
 
@@ -48,51 +46,40 @@ class Findings:
     classes: set[str] = field(default_factory=set)
 
 
-def _concept(findings: Findings, concept: JSON | None) -> None:
-    if not isinstance(concept, dict):
-        return
-    if concept.get("text"):
-        findings.texts.append(str(concept["text"]))
-    for c in concept.get("coding") or []:
-        if c.get("display"):
-            findings.texts.append(str(c["display"]))
-        code = str(c.get("code") or "")
-        if c.get("system") in ICD10_SYSTEMS and code:
-            findings.icd10.add(code.upper())
-        elif c.get("system") == SNOMED and code:
-            findings.snomed.add(code)
+def _codes(findings: Findings, row: JSON) -> None:
+    """What a row of the encounters' or conditions' line list says: texts and codes."""
+    findings.texts += [str(text) for text in row["texts"] or () if text]
+    findings.icd10.update(str(code).upper() for code in row["icd10"] or () if code)
+    findings.snomed.update(str(code) for code in row["snomed"] or () if code)
 
 
-def _vital(findings: Findings, code: JSON | None, quantity: JSON | None) -> None:
-    value = (quantity or {}).get("value")
-    if not isinstance(value, int | float):
-        return
-    unit = str((quantity or {}).get("code") or (quantity or {}).get("unit") or "")
-    for c in (code or {}).get("coding") or []:
-        if c.get("system") == LOINC and c.get("code"):
-            findings.vitals.append((str(c["code"]), float(value), unit))
+def findings_from(encounter: JSON, conditions: list[JSON], observations: list[JSON]
+                  ) -> Findings:
+    """The findings of one encounter from the rows of the surveillance line lists
+    (``data/views/surveillance_*.json``): its own, its conditions', its observations'."""
+    found = Findings()
+    if encounter["class"]:
+        found.classes.add(str(encounter["class"]))
+    _codes(found, encounter)
+    for condition in conditions:
+        _codes(found, condition)
+    for observation in observations:
+        if isinstance(observation["text"], str):
+            found.texts.append(observation["text"])
+        value = observation["value"]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            unit = str(observation["unit"] or observation["unit_text"] or "")
+            found.vitals += [(str(code), float(value), unit)
+                             for code in observation["loinc"] or () if code]
+    return found
 
 
 def findings_of(encounter: JSON, conditions: list[JSON], observations: list[JSON]
                 ) -> Findings:
-    found = Findings()
-    klass = encounter.get("class") or {}
-    if klass.get("code"):
-        found.classes.add(str(klass["code"]))
-    for reason in encounter.get("reasonCode") or []:
-        _concept(found, reason)
-    for condition in conditions:
-        _concept(found, condition.get("code"))
-        for evidence in condition.get("evidence") or []:
-            for concept in evidence.get("code") or []:
-                _concept(found, concept)
-    for observation in observations:
-        _vital(found, observation.get("code"), observation.get("valueQuantity"))
-        for component in observation.get("component") or []:
-            _vital(found, component.get("code"), component.get("valueQuantity"))
-        if isinstance(observation.get("valueString"), str):
-            found.texts.append(observation["valueString"])
-    return found
+    """The findings of an encounter and its conditions and observations (resources)."""
+    [row] = rows("surveillance_encounters", [encounter])
+    return findings_from(row, rows("surveillance_conditions", conditions),
+                         rows("surveillance_observations", observations))
 
 
 @cache
@@ -146,8 +133,9 @@ def syndromes_of(findings: Findings) -> list[str]:
 
 # -- counting ---------------------------------------------------------------------------------
 def day_of(encounter: JSON) -> date | None:
-    start = ((encounter.get("period") or {}).get("start")
-             or (encounter.get("meta") or {}).get("lastUpdated"))
+    """The day an encounter counts on (a row of ``surveillance_encounters``): the day it
+    began, else the day it was last updated."""
+    start = encounter["start"] or encounter["last_updated"]
     try:
         return date.fromisoformat(str(start)[:10]) if start else None
     except ValueError:
@@ -157,11 +145,10 @@ def day_of(encounter: JSON) -> date | None:
 def facility_of(encounter: JSON, asked: str | None = None) -> str | None:
     """The facility an encounter counts for: the one asked about when it owns the
     encounter, else its first owner, else its ``serviceProvider``."""
-    owners = owner_labels(encounter)
+    owners = set(encounter["owners"] or ())
     if asked in owners:
         return asked
-    return min(owners) if owners else local_id(encounter.get("serviceProvider"),
-                                               "Organization")
+    return min(owners) if owners else encounter["service_provider"]
 
 
 @dataclass
@@ -184,33 +171,35 @@ class DailyCounts:
 async def daily_counts(ctx: ApiContext, start: date, end: date, facility: str | None
                        ) -> DailyCounts:
     """The counts of ``facility``'s encounters (None: of every encounter the caller may
-    see, per facility)."""
+    see, per facility): one search as the caller, its resources turned into the rows of
+    the surveillance line lists, the rows counted."""
     found = await search_days(ctx, "Encounter", "date", start, end, [
         ("_revinclude", "Condition:encounter"), ("_revinclude", "Observation:encounter"),
         ("_include", "Encounter:diagnosis"), *owned_by(facility)])
-    by_id = {(r["resourceType"], r["id"]): r for r in found}
+    unique = list({(r["resourceType"], r["id"]): r for r in found}.values())
+    conditions = rows("surveillance_conditions", unique)
+    by_id = {c["id"]: c for c in conditions}
     related: dict[str, dict[str, list[JSON]]] = defaultdict(
-        lambda: {"Condition": [], "Observation": []})
-    for resource in found:
-        if resource["resourceType"] in ("Condition", "Observation"):
-            encounter_id = local_id(resource.get("encounter"), "Encounter")
-            if encounter_id:
-                related[encounter_id][resource["resourceType"]].append(resource)
+        lambda: {"conditions": [], "observations": []})
+    for condition in conditions:
+        if condition["encounter"]:
+            related[condition["encounter"]]["conditions"].append(condition)
+    for observation in rows("surveillance_observations", unique):
+        if observation["encounter"]:
+            related[observation["encounter"]]["observations"].append(observation)
     result = DailyCounts(start, end)
-    for (kind, encounter_id), encounter in by_id.items():
-        day = day_of(encounter) if kind == "Encounter" else None
+    for encounter in rows("surveillance_encounters", unique):
+        day = day_of(encounter)
         counted = facility_of(encounter, facility) if day else None
         if day is None or counted is None or not start <= day <= end:
             continue
         result.facilities.add(counted)
-        conditions = list(related[encounter_id]["Condition"])
-        seen = {c["id"] for c in conditions}
-        for diagnosis in encounter.get("diagnosis") or []:
-            condition_id = local_id(diagnosis.get("condition"), "Condition")
-            linked = by_id.get(("Condition", condition_id or ""))
-            if linked is not None and linked["id"] not in seen:
-                conditions.append(linked)
-        findings = findings_of(encounter, conditions, related[encounter_id]["Observation"])
+        mine = related[encounter["id"]]
+        linked = list(mine["conditions"])
+        seen = {c["id"] for c in linked}
+        linked += [by_id[d] for d in dict.fromkeys(encounter["diagnoses"] or ())
+                   if d in by_id and d not in seen]
+        findings = findings_from(encounter, linked, mine["observations"])
         for syndrome in syndromes_of(findings):
             series = result.counts.setdefault((counted, syndrome), [0] * result.days)
             series[(day - start).days] += 1
