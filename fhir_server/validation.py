@@ -128,13 +128,13 @@ def validate_resource(body: Any, expected_type: str | None = None, *, strict: bo
         issues = _model_issues(body, resource_type)
         if issues:
             raise FhirError(400, issues)
-    issues = _content_issues(body, resource_type)
+    issues = content_issues(body, resource_type)
     if issues:
         raise FhirError(400, issues)
     return body
 
 
-def _content_issues(body: dict[str, Any], resource_type: str) -> list[Issue]:
+def content_issues(body: dict[str, Any], resource_type: str) -> list[Issue]:
     """What an added type's own rules find wrong beyond its schema: a ViewDefinition's
     paths, column names and collections (:mod:`fhir_server.views.definition`)."""
     if resource_type != "ViewDefinition":

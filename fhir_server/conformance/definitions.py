@@ -12,6 +12,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from fhir_server import added_types
+
 CORE = "http://hl7.org/fhir/StructureDefinition/"
 FHIR_VERSION = "4.0.1"
 
@@ -22,12 +24,17 @@ def shipped_structure_definitions() -> dict[str, dict[str, Any]]:
     data = resources.files("fhir_server.data").joinpath("r4-structure-definitions.json.gz")
     with data.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as text:
         definitions: list[dict[str, Any]] = json.load(text)
+    # The types this server adds to R4 (SQL on FHIR's ViewDefinition), as R4's own.
+    definitions += added_types.structures()
     return {sd["url"]: sd for sd in definitions}
 
 
 def core_url(type_code: str) -> str:
     """The canonical URL of the base definition of a type (``Patient``, ``HumanName``)."""
-    return type_code if "/" in type_code else CORE + type_code
+    if "/" in type_code:
+        return type_code
+    added = added_types.structure(type_code)  # a type this server adds has its own URL
+    return str(added["url"]) if added is not None else CORE + type_code
 
 
 def split_canonical(canonical: str) -> tuple[str, str | None]:

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from fhir_server.http import FhirResponse, check_format, read_json_body
 from fhir_server.interactions.context import FhirContext
 from fhir_server.outcome import FhirError, Issue, operation_outcome
-from fhir_server.validation import check_shape
+from fhir_server.validation import check_shape, content_issues
 
 MODES = ("create", "update", "delete")
 
@@ -52,6 +52,7 @@ async def validate(ctx: FhirContext, request: Request, resource_type: str,
             issues += exc.issues
         else:
             issues += await ctx.service.conformance.validate(resource, profiles, fresh=True)
+            issues += content_issues(resource, resource_type)  # an added type's own rules
         issues += _mode_issues(resource, resource_type, resource_id, mode)
     if not any(issue.severity in ("error", "fatal") for issue in issues):
         checked = f" and {', '.join(profiles)}" if profiles else ""

@@ -107,9 +107,16 @@ def test_self_reaches_own_compartment_whoever_owns_it_and_nothing_else():
 
 def test_a_patient_may_update_but_not_delete_their_own_record():
     subject = Subject(Principal("u-amina"), {}, "p1")
-    own = {"resourceType": "Patient", "id": "p1"}
+    # The own record is the one carrying the user's identifier (what the subject found);
+    # an update that drops it would hand the record away, and is not the user's to make.
+    own = {"resourceType": "Patient", "id": "p1",
+           "identifier": [{"system": "urn:healthplatform:user", "value": "u-amina"}]}
     assert any(admits(g, own, patients_of) for g in compile_grants(subject, UPDATE) or ())
     assert not any(admits(g, own, patients_of) for g in compile_grants(subject, DELETE) or ())
+    linked = {"resourceType": "Patient", "id": "p2",
+              "link": [{"other": {"reference": "Patient/p1"}, "type": "seealso"}]}
+    assert not any(admits(g, linked, lambda r: frozenset({"p1"}))
+                   for g in compile_grants(subject, READ) or ())
 
 
 def test_consent_reaches_the_consenting_patients_compartment_with_the_members_role():
