@@ -584,5 +584,11 @@ async def revoke(consent_id: str, ctx: ApiContext = Depends(api_context)) -> Any
     return await _decide(ctx, consent_id, lambda r: _decline(ctx, r), _revoke_consent)
 
 
+# API keys reach these as Consent data (``Consent:read`` / ``:write``, which
+# ``consent:read`` also names), as they reach the facade kit's routes.
+for _endpoint in (list_consents, get_consent, approve, revoke):
+    _endpoint.fhir_type = "Consent"  # type: ignore[attr-defined]
+
+
 __all__ = ["CONSENT_STATUS", "OPEN_REQUESTS", "REQUESTS", "ConsentView", "consent_view",
            "consents", "forget_request", "request_view", "router"]
