@@ -316,9 +316,10 @@ async def _selection(ctx: ApiContext, patient_id: str | None, asked: Role | None
     role = role_of(ctx, asked)
     if role is None:
         return [{}], []
-    if role == "patient":
-        mine = own or NO_PATIENT
-        return [{"patient_id": mine}], [("patient", f"Patient/{mine}")]
+    if role == "patient":  # (a user without a profile has no requests: whatever id a
+        # clinic typed, "none" included, it is not theirs)
+        return ([{"patient_id": own}] if own else []), [
+            ("patient", f"Patient/{own or NO_PATIENT}")]
     return ([{"organization_id": o} for o in sorted(followed)],
             [("actor", ",".join(_actors(ctx)) or "Organization/none")])
 

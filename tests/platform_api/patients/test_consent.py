@@ -226,3 +226,17 @@ async def test_who_may_grant_request_and_decide(clinic):
     assert (await clinic.client.get(url, headers=clinic.patient["headers"])).status_code == 200
     assert (await clinic.client.get("/api/consent/unknown", headers=clinic.patient[
         "headers"])).status_code == 404
+
+
+async def test_a_request_for_no_real_patient_is_nobodys(clinic):
+    """A user without a patient profile lists no requests, whatever id a clinic typed."""
+    stranger = await register_and_login(clinic.client, first_name="Kwame", last_name="Mensah")
+    for patient_id in ("none", "no-such-patient"):
+        asked = await clinic.client.post("/api/consent/request", json={
+            "patient_id": patient_id}, headers=clinic.outsider["headers"])
+        assert asked.status_code == 201
+    theirs = await clinic.client.get("/api/consent?role=patient",
+                                     headers=stranger["headers"])
+    assert theirs.status_code == 200 and theirs.json()["meta"]["total"] == 0
+    asker = await clinic.client.get("/api/consent", headers=clinic.outsider["headers"])
+    assert asker.json()["meta"]["total"] == 2
