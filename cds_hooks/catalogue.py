@@ -18,7 +18,6 @@ from cds_hooks import allergies, interactions, news2, panic_values
 from cds_hooks.cards import CdsService, Invocation
 from cds_hooks.models import CdsError, CdsResponse, Discovery, HookRequest, PatientContext
 from cds_hooks.prefetch import FhirSource, resolve
-from fhir_server.service import FhirService
 
 SERVICES: tuple[CdsService, ...] = (
     interactions.SERVICE, allergies.SERVICE, news2.SERVICE, panic_values.SERVICE)
@@ -53,7 +52,7 @@ def for_hook(hook: str) -> list[CdsService]:
 class Invoker:
     """Runs services on a validated request."""
 
-    fhir: FhirService
+    knowledge: interactions.InteractionKnowledge
     vitals_max_age: timedelta = timedelta(hours=24)
 
     async def invoke(self, services: Sequence[CdsService], request: HookRequest,
@@ -62,9 +61,8 @@ class Invoker:
         for chosen in services:
             templates.update(chosen.prefetch)
         prefetch = await resolve(templates, request, source)
-        knowledge = interactions.knowledge(self.fhir)
         invocation = Invocation(request, context, prefetch, datetime.now(UTC),
-                                self.vitals_max_age, knowledge.table)
+                                self.vitals_max_age, self.knowledge.table)
         response = CdsResponse()
         for chosen in services:
             answer = await chosen.run(invocation)

@@ -61,9 +61,7 @@ from cds_hooks.cards import (
 from cds_hooks.medications import RXNORM, Medication, medication_of, vocabulary
 from cds_hooks.models import Card, CdsResponse, OrderSelectContext, OrderSignContext
 from cds_hooks.prefetch import bundle_resources
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
-from fhir_server.service import FhirService
 
 JSON = dict[str, Any]
 Severity = Literal["critical", "high", "moderate", "low"]
@@ -271,21 +269,22 @@ def entry_from_plan_definition(plan: JSON) -> InteractionEntry:
 
 
 class InteractionKnowledge:
-    """The table of one FHIR service (seed + stored entries), cached."""
+    """The table of one FHIR service (seed + stored entries), cached. ``reader`` reads the
+    stored entries for everyone who checks: the platform hands in the caller it elevated
+    for that (this package does not decide access)."""
 
-    def __init__(self, fhir: FhirService):
-        self.fhir = fhir
+    def __init__(self, reader: CallerFhir):
+        self.reader = reader
         self._table: InteractionTable | None = None
         self._loaded_at = 0.0
-        fhir.add_write_listener(self._written)
+        reader.service.add_write_listener(self._written)
 
     def _written(self, resources_: Sequence[JSON]) -> None:
         if any(r.get("resourceType") == "PlanDefinition" for r in resources_):
             self._table = None
 
     async def stored_plans(self) -> list[JSON]:
-        return await CallerFhir(self.fhir, SYSTEM).search(
-            "PlanDefinition", [("identifier", f"{ENTRY_SYSTEM}|")])
+        return await self.reader.search("PlanDefinition", [("identifier", f"{ENTRY_SYSTEM}|")])
 
     async def table(self) -> InteractionTable:
         if self._table is not None and time.monotonic() - self._loaded_at < TABLE_TTL_SECONDS:
@@ -297,17 +296,6 @@ class InteractionKnowledge:
         self._table = InteractionTable(list(entries.values()))
         self._loaded_at = time.monotonic()
         return self._table
-
-
-_KNOWLEDGE: dict[int, InteractionKnowledge] = {}
-
-
-def knowledge(fhir: FhirService) -> InteractionKnowledge:
-    """The interaction knowledge of ``fhir`` (one per FHIR service)."""
-    found = _KNOWLEDGE.get(id(fhir))
-    if found is None or found.fhir is not fhir:
-        found = _KNOWLEDGE[id(fhir)] = InteractionKnowledge(fhir)
-    return found
 
 
 # -- the patient's current medications -------------------------------------------------------
@@ -334,29 +322,19 @@ def medications_of(resources_: Iterable[JSON], *, draft: bool = False,
     return found
 
 
-def _caller_fhir(services_or_fhir: Any) -> CallerFhir:
-    """A CallerFhir from what a caller has: a CallerFhir, a FhirService, or a container
-    of services with a ``fhir`` FhirService (read with the system's access: the check
-    runs for a prescriber already allowed to sign the prescription)."""
-    if isinstance(services_or_fhir, CallerFhir):
-        return services_or_fhir
-    if isinstance(services_or_fhir, FhirService):
-        return CallerFhir(services_or_fhir, SYSTEM)
-    return CallerFhir(services_or_fhir.fhir, SYSTEM)
-
-
-async def check_medication_request(services_or_fhir: Any, medication_request: JSON,
-                                   patient_id: str) -> list[dict[str, Any]]:
+async def check_medication_request(fhir: CallerFhir, knowledge: InteractionKnowledge,
+                                   medication_request: JSON, patient_id: str
+                                   ) -> list[dict[str, Any]]:
     """Interaction findings ``{severity, description, drugs, recommendation}`` (plus
     ``key``, ``title``, ``source``, ``version``) of a MedicationRequest about to be
-    signed, against the patient's current medications: the prescription-sign check
-    (``platform_api.prescription_checks``)."""
-    fhir = _caller_fhir(services_or_fhir)
+    signed, against the patient's current medications as ``fhir``'s caller sees them (the
+    platform hands in whom it reads as: the prescriber, or its own elevated reader): the
+    prescription-sign check (``platform_api.prescription_checks``)."""
     draft = medication_of(medication_request, draft=True)
     if draft is None:
         return []
     current = await current_medications(fhir, patient_id, exclude=[draft.reference or ""])
-    table = await knowledge(fhir.service).table()
+    table = await knowledge.table()
     return [f.as_dict() for f in table.find([draft], current)]
 
 

@@ -77,10 +77,10 @@ from cds_hooks.auth import ClientAccess, ClientVerifier
 from cds_hooks.interactions import (
     ENTRY_SYSTEM,
     InteractionEntry,
+    InteractionKnowledge,
     current_medications,
     entry_from_plan_definition,
     entry_to_plan_definition,
-    knowledge,
     seed_entries,
 )
 from cds_hooks.medications import RXNORM, vocabulary
@@ -101,7 +101,7 @@ from cds_hooks.panic_values import (
     panic_table,
 )
 from cds_hooks.prefetch import FhirSource, RemoteSource, StoreSource, UnavailableSource
-from fhir_server.access import SYSTEM, Access
+from fhir_server.access import Access
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.envelope import (
@@ -121,7 +121,6 @@ from platform_api.facade import (
     Facade,
     SearchParam,
     api_context,
-    require,
     require_patient,
     staged_body,
 )
@@ -142,6 +141,7 @@ class CdsRuntime:
     http: httpx.AsyncClient
     invoker: catalogue.Invoker
     panic: PanicTable
+    knowledge: InteractionKnowledge
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -153,13 +153,17 @@ def cds_runtime(services: Services) -> CdsRuntime:
     if runtime is None:
         settings = services.settings
         http = httpx.AsyncClient(timeout=settings.cds_fhir_timeout_seconds)
+        # One table for every check, whoever checks: the stored entries (PlanDefinitions,
+        # definitions everyone may read) are read with the platform's rights.
+        knowledge = InteractionKnowledge(services.policy.elevate(
+            "cds: read the stored drug-interaction entries (PlanDefinitions)"))
         runtime = CdsRuntime(
             ClientVerifier.from_settings(settings.cds_clients, http,
                                          redis_url=settings.redis_url,
                                          cache_seconds=settings.cds_jwks_cache_seconds),
-            http, catalogue.Invoker(services.fhir, timedelta(
+            http, catalogue.Invoker(knowledge, timedelta(
                 hours=settings.cds_vitals_max_age_hours)),
-            panic_table(settings.cds_panic_values_file))
+            panic_table(settings.cds_panic_values_file), knowledge)
         services.extras[RUNTIME] = runtime
     return runtime  # type: ignore[no-any-return]
 
@@ -167,16 +171,18 @@ def cds_runtime(services: Services) -> CdsRuntime:
 async def start_cds(services: Services) -> CdsRuntime:
     """At startup: the runtime, and the panic-value check of every stored Observation."""
     runtime = cds_runtime(services)
+    # A background component: whoever wrote the result, the platform flags it.
+    fhir = services.policy.elevate("cds panic values: read each stored Observation and "
+                                   "write its critical-result Flag")
 
     async def check_result(event: JSON) -> None:
         payload = event.get("payload") or {}
         if payload.get("resourceType") != "Observation":
             return
-        stored = await services.store.read_current("Observation", str(payload.get("id")))
-        if stored is None or stored.deleted:
+        observation = await fhir.find_json("Observation", str(payload.get("id")))
+        if observation is None:
             return
-        await flag_critical_results(CallerFhir(services.fhir, SYSTEM),
-                                    orjson.loads(stored.body), runtime.panic,
+        await flag_critical_results(fhir, observation, runtime.panic,
                                     updated=event.get("topic") == RESOURCE_EVENTS[1])
 
     for topic in RESOURCE_EVENTS:
@@ -409,7 +415,7 @@ async def check_interactions(body: InteractionCheck, ctx: ApiContext = Depends(a
     if body.patient_id is not None:
         await require_patient(ctx, body.patient_id)
         current = await current_medications(ctx.fhir, body.patient_id)
-    table = await knowledge(ctx.services.fhir).table()
+    table = await cds_runtime(ctx.services).knowledge.table()
     findings = table.find(drafts, current)
     return ok({"interactions": [f.as_dict() for f in findings],
                "medications": [_checked(m) for m in drafts],
@@ -469,8 +475,8 @@ async def list_interactions(
         page: Pagination = Depends(pagination), ctx: ApiContext = Depends(api_context)) -> Any:
     """The table a check uses (seed overlaid with the stored PlanDefinitions, by key)."""
     plans = {entry_from_plan_definition(p).key: p
-             for p in await knowledge(ctx.services.fhir).stored_plans()}
-    table = await knowledge(ctx.services.fhir).table()
+             for p in await cds_runtime(ctx.services).knowledge.stored_plans()}
+    table = await cds_runtime(ctx.services).knowledge.table()
     entries = sorted((e for e in table.entries if status is None or e.status == status),
                      key=lambda e: e.key)
     chosen = entries[page.offset:page.offset + page.limit]
@@ -819,7 +825,7 @@ async def patient_risk(patient_id: Annotated[str, Query(min_length=1, max_length
     warning = await patient_news2(ctx, patient_id)
     flags = critical_flags(await ctx.fhir.search("Flag", [("subject", subject)]))
     current = await current_medications(ctx.fhir, patient_id)
-    table = await knowledge(ctx.services.fhir).table()
+    table = await cds_runtime(ctx.services).knowledge.table()
     interactions = [f.as_dict() for f in table.find(current)]
     events, _ = await adverse_events.search(ctx, Pagination(1, 20), [("subject", subject)])
     event_views = [adverse_event_from_fhir(e) for e in events]
@@ -860,7 +866,7 @@ class FeedbackEntryView(BaseModel):
 @router.get("/api/cds/feedback/summary", response_model=Envelope[list[FeedbackSummaryView]],
             summary="Acceptance rate of each CDS service's cards (administrators)")
 async def feedback_summary(ctx: ApiContext = Depends(api_context)) -> Any:
-    require(ctx.access.subject.unrestricted, "Only platform administrators see CDS feedback")
+    ctx.authorize("cds.feedback.read")
     return ok(await feedback.summary(ctx.services.store, [s.id for s in catalogue.SERVICES]))
 
 
@@ -869,7 +875,7 @@ async def feedback_summary(ctx: ApiContext = Depends(api_context)) -> Any:
 async def feedback_entries(
         service_id: Annotated[str | None, Query(max_length=64)] = None,
         page: Pagination = Depends(pagination), ctx: ApiContext = Depends(api_context)) -> Any:
-    require(ctx.access.subject.unrestricted, "Only platform administrators see CDS feedback")
+    ctx.authorize("cds.feedback.read")
     found, total = await feedback.entries(ctx.services.store, service_id, limit=page.limit,
                                           offset=page.offset)
     return page.respond(found, total)

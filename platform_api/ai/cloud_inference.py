@@ -41,7 +41,6 @@ from platform_api.ai.common import (
     Support,
     answered,
     patient_for,
-    require_clinician,
 )
 from platform_api.envelope import ApiError, Envelope, ok
 from platform_api.facade import ApiContext, api_context
@@ -223,7 +222,7 @@ router = APIRouter(tags=["ai"])
                      "(KServe v2 or OpenAI-compatible), without patient identifiers")
 async def cloud_inference(body: CloudInferenceRequest,
                           ctx: ApiContext = Depends(api_context)) -> Any:
-    require_clinician(ctx)
+    ctx.authorize("ai.decision-support")
     settings = ctx.services.settings
     if not settings.ai_cloud_url:
         raise ApiError(503, "CLOUD_INFERENCE_NOT_CONFIGURED", "No remote inference "

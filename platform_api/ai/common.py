@@ -12,12 +12,16 @@ Every answer of ``/api/ai/*`` carries a :class:`Support` block:
     disclaimer  the fixed statement that this is decision support, not a diagnosis
     audit_event_id  the AuditEvent recorded for the call
 
+**Who** (the access policy's ``ai.decision-support``): platform administrators and
+members of an organization with a clinical role (403 ``CLINICAL_ROLE_REQUIRED``).
+
 **Audit**: one FHIR AuditEvent per call, written before the answer is sent (DICOM
 110112 Query, subtype ``urn:healthplatform:audit-subtype|ai-<operation>``, action E,
 outcome 0; entities: the patient, the records read, the model Device; agent: the caller
 and their address), owned by the patient's organizations (their ORG:ADMINs read it
 through ``/api/clinical/audit``), with the event ``platform.ai.decision_support_given``
-in the same unit of work.
+in the same unit of work; the platform writes it (the caller reads, but writes no audit
+trail), through the policy's named elevation.
 """
 
 from __future__ import annotations
@@ -33,10 +37,8 @@ from pydantic import BaseModel, Field
 
 from fhir_server.ownership import owner_labels, with_owners
 from platform_api.audit import DCM, ENTITY_TYPE, OBJECT_ROLE
-from platform_api.envelope import ApiError
 from platform_api.facade import ApiContext, require_patient
 from platform_api.observability import request_id_var
-from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_LAB, ORG_NURSE
 from platform_api.sessions.audit import SUBTYPES, audit_event
 from platform_api.sessions.common import coding
 
@@ -44,8 +46,6 @@ JSON = dict[str, Any]
 DISCLAIMER = ("Decision support, not a diagnosis: a clinician must review this against "
               "the patient's full clinical picture before acting on it.")
 GIVEN = "platform.ai.decision_support_given"
-# Who may ask for decision support: the roles that treat patients or read their results.
-CLINICAL_ROLES = frozenset({ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_LAB})
 PATIENT_ID = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9\-.]{1,64}$")
 OPTIONAL_PATIENT_ID = Field(default=None, min_length=1, max_length=64,
                             pattern=r"^[A-Za-z0-9\-.]{1,64}$")
@@ -102,17 +102,6 @@ class Support(BaseModel):
     audit_event_id: str | None = None
 
 
-def require_clinician(ctx: ApiContext) -> None:
-    """Decision support is for the care team: a platform administrator or a member of an
-    organization with a clinical role (403 ``CLINICAL_ROLE_REQUIRED``)."""
-    subject = ctx.access.subject
-    if subject.unrestricted or any(role in CLINICAL_ROLES
-                                   for role in subject.memberships.values()):
-        return
-    raise ApiError(403, "CLINICAL_ROLE_REQUIRED", "AI-assisted tools are for clinicians: "
-                   "a doctor, nurse, laboratory or administrator of an organization")
-
-
 async def patient_for(ctx: ApiContext, patient_id: str | None) -> JSON | None:
     """The patient named (404 unknown, 403 not the caller's to see), or None."""
     return await require_patient(ctx, patient_id) if patient_id else None
@@ -148,14 +137,15 @@ async def record_call(ctx: ApiContext, operation: str, support: Support, *,
     owners = owner_labels(patient) if patient is not None else set()
     if owners:
         event = with_owners(event, owners)
-    async with services.store.unit_of_work() as uow:
-        staged = services.fhir.stage_create(uow, event)
-        uow.emit(GIVEN, {"audit_event_id": staged.id, "operation": operation,
-                         "patient_id": patient["id"] if patient else None,
-                         "user_id": ctx.principal.user_id,
-                         "based_on": [b.model_dump() for b in support.based_on]},
-                 source_service="ai")
-        await uow.commit()
+    unit = ctx.elevate("decision support: record the call as an AuditEvent").unit()
+    async with unit:
+        staged = await unit.create(event)
+        unit.emit(GIVEN, {"audit_event_id": staged.id, "operation": operation,
+                          "patient_id": patient["id"] if patient else None,
+                          "user_id": ctx.principal.user_id,
+                          "based_on": [b.model_dump() for b in support.based_on]},
+                  source_service="ai")
+        await unit.commit()
     return str(staged.id)
 
 
@@ -169,5 +159,5 @@ async def answered(ctx: ApiContext, operation: str, answer: JSON, support: Suppo
 
 
 __all__ = ["DISCLAIMER", "GIVEN", "OPTIONAL_PATIENT_ID", "PATIENT_ID", "Basis", "InputUsed",
-           "Support", "answered", "converted", "data_file", "instant", "patient_for", "record_call",
-           "require_clinician"]
+           "Support", "answered", "converted", "data_file", "instant", "patient_for",
+           "record_call"]

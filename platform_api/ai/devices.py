@@ -21,10 +21,11 @@ An edge device is a FHIR **Device** (mapping /api field → element):
     updates         → computed: tasks whose active registry version differs from the
                       installed one
 
-Who: an organization's ORG:ADMIN (and platform administrators) registers its devices
-(the access policy's directory permissions); any member of the owning organization may
-send its heartbeat (a device is used by its staff; the heartbeat is written by the
-platform after that check); members list their organizations' devices. Events
+Who (the access policy's rules): an organization's ORG:ADMIN (and platform
+administrators) registers its devices (``organization.manage``); any member of the owning
+organization may send its heartbeat (``ai.device.heartbeat``: a device is used by its
+staff; the heartbeat is written through the policy's named elevation after that check);
+members list their organizations' devices (``ai.device.list``). Events
 ``platform.ai.device_registered`` and ``platform.ai.device_models_changed`` (a heartbeat
 reporting other model versions).
 """
@@ -38,10 +39,11 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from platform_api.ai.registry import AI_MODEL, KINDS, TASK_PATTERN, model_view
-from platform_api.envelope import ApiError, Envelope, forbidden, not_found, ok
+from platform_api.envelope import Envelope, not_found, ok
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -49,7 +51,7 @@ from platform_api.facade import (
     SearchParam,
     Unique,
     api_context,
-    require_member,
+    require_organization,
     until_stable,
 )
 from platform_api.services import Services
@@ -160,11 +162,10 @@ def device_view(device: JSON, stale_after: timedelta | None = None,
     ).model_dump()
 
 
-async def current_versions(services: Services) -> dict[str, str]:
-    """Task → the active registry version."""
+async def current_versions(fhir: CallerFhir) -> dict[str, str]:
+    """Task → the active registry version (the registry: every signed-in user reads it)."""
     current: dict[str, str] = {}
-    for device in await services.fhir.search("Device", [("type", AI_MODEL),
-                                                        ("status", "active")]):
+    for device in await fhir.search("Device", [("type", AI_MODEL), ("status", "active")]):
         view = model_view(device)
         current.setdefault(view["task"], view["version"])
     return current
@@ -175,14 +176,12 @@ def _stale_after(services: Services) -> timedelta:
 
 
 async def device_views(ctx: ApiContext, devices: list[JSON]) -> list[JSON]:
-    current = await current_versions(ctx.services)
+    current = await current_versions(ctx.fhir)
     return [device_view(d, _stale_after(ctx.services), current) for d in devices]
 
 
 async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
-    role = await require_member(ctx, payload["organization_id"])  # 404 / 403
-    if role is not None and role != "ORG:ADMIN":
-        raise forbidden("An organization's administrator registers its devices")
+    await require_organization(ctx, payload["organization_id"], "organization.manage")
     return payload
 
 
@@ -190,15 +189,13 @@ async def _my_organizations(ctx: ApiContext, query: DeviceQuery | None
                             ) -> list[tuple[str, str]]:
     """Members see their organizations' devices; platform administrators all."""
     if query is not None and query.organization_id:
-        await require_member(ctx, query.organization_id)
+        await require_organization(ctx, query.organization_id)
         return []
-    subject = ctx.access.subject
-    if subject.unrestricted:
+    ctx.authorize("ai.device.list")
+    mine = ctx.organizations_for("organization.work-in")
+    if mine is None:  # a platform administrator: every organization's
         return []
-    if not subject.memberships:
-        raise forbidden("Devices belong to organizations; you are a member of none")
-    return [("_security", ",".join(f"{OWNER_SYSTEM}|{o}" for o in
-                                   sorted(subject.memberships)))]
+    return [("_security", ",".join(f"{OWNER_SYSTEM}|{o}" for o in sorted(mine)))]
 
 
 devices = Facade(
@@ -230,10 +227,7 @@ async def heartbeat(device_id: str, body: Heartbeat,
                 device.get("type") or {}).get("coding") or []):
             raise not_found("Device")
         owners = owner_labels(device)
-        subject = ctx.access.subject
-        if not subject.unrestricted and not owners & set(subject.memberships):
-            raise ApiError(403, "NOT_DEVICE_MEMBER", "Only members of the device's "
-                           "organization send its heartbeat")
+        ctx.authorize("ai.device.heartbeat", owners)
         changed = orjson.loads(orjson.dumps(device))
         set_extension(changed, "last-seen", "valueInstant", now_instant())
         if body.battery_level is not None:
@@ -249,21 +243,23 @@ async def heartbeat(device_id: str, body: Heartbeat,
         changed["version"] = [*app, *versions]
         if not changed["version"]:
             changed.pop("version")
-        async with services.store.unit_of_work() as uow:
-            staged = services.fhir.stage_update(
-                uow, changed, if_match=int(device["meta"]["versionId"]))
+        # A member uses the device; only its organization's administrator may edit it.
+        unit = ctx.elevate("device heartbeat: update the device's last-seen time, battery "
+                           "and model versions").unit()
+        async with unit:
+            staged = await unit.update(changed, if_match=int(device["meta"]["versionId"]))
             if models_changed:
-                uow.emit(TOPIC + "models_changed", {
+                unit.emit(TOPIC + "models_changed", {
                     "device_id": device_id, "organization_id": sorted(owners)[0] if owners
                     else None, "model_versions": [m.model_dump() for m in
                                                   body.model_versions or []]},
                     source_service="ai")
-            await uow.commit()
+            await unit.commit()
         assert staged.result is not None
         return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
 
     stored = await until_stable(once)
-    return ok(device_view(stored, _stale_after(services), await current_versions(services)))
+    return ok(device_view(stored, _stale_after(services), await current_versions(ctx.fhir)))
 
 
 __all__ = ["DeviceView", "device_view", "devices", "router"]

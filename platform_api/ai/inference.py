@@ -44,7 +44,6 @@ from platform_api.ai.common import (
     Support,
     answered,
     patient_for,
-    require_clinician,
 )
 from platform_api.ai.registry import active_model, model_bytes, model_view
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, ok
@@ -81,7 +80,7 @@ async def session_for(services: Services, device: JSON) -> onnxruntime.Inference
 
 
 async def model_for(ctx: ApiContext, task: str) -> JSON:
-    device = await active_model(ctx.services, task)
+    device = await active_model(ctx.fhir, task)
     if device is None:
         raise ApiError(409, "NO_ACTIVE_MODEL", f"No model is registered for the task "
                        f"{task!r}: a platform administrator uploads one (POST /api/ai/models)")
@@ -203,7 +202,7 @@ router = APIRouter(tags=["ai"])
              summary="Differential diagnosis support: the active 'diagnosis' model on "
                      "posted clinical features")
 async def diagnosis(body: DiagnosisRequest, ctx: ApiContext = Depends(api_context)) -> Any:
-    require_clinician(ctx)
+    ctx.authorize("ai.decision-support")
     patient = await patient_for(ctx, body.patient_id)
     device = await model_for(ctx, "diagnosis")
     session = await session_for(ctx.services, device)
@@ -260,7 +259,7 @@ def image_tensor(content: bytes, shape: list[Any], dtype: Any, max_pixels: int
                      "posted image")
 async def cancer_detection(body: CancerDetectionRequest,
                            ctx: ApiContext = Depends(api_context)) -> Any:
-    require_clinician(ctx)
+    ctx.authorize("ai.decision-support")
     patient = await patient_for(ctx, body.patient_id)
     try:
         content = base64.b64decode(body.image, validate=True)

@@ -45,7 +45,6 @@ from platform_api.ai.common import (
     data_file,
     instant,
     patient_for,
-    require_clinician,
 )
 from platform_api.envelope import ApiError, Envelope, ok
 from platform_api.facade import ApiContext, api_context
@@ -404,7 +403,7 @@ router = APIRouter(tags=["ai"])
                      "check against previous values, panel patterns (rule-based)")
 async def lab_interpretation(body: LabInterpretationRequest,
                              ctx: ApiContext = Depends(api_context)) -> Any:
-    require_clinician(ctx)
+    ctx.authorize("ai.decision-support")
     return ok(await interpret(ctx, body))
 
 

@@ -42,6 +42,7 @@ import onnxruntime
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from pydantic import BaseModel, Field
 
+from fhir_server.caller import CallerFhir
 from fhir_server.ids import new_id
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, conflict, created, ok
 from platform_api.facade import (
@@ -219,9 +220,23 @@ def model_device(device_id: str, form: ModelUpload, *, description: str | None,
 
 
 # --- reading the registry ------------------------------------------------------------------------
-async def active_model(services: Services, task: str) -> JSON | None:
-    """The task's active model version (the platform reads: the registry is public)."""
-    found = await services.fhir.search("Device", [
+REGISTRY_READER = "ai_registry_reader"
+
+
+def registry_reader(services: Services) -> CallerFhir:
+    """Who reads the registry for ``GET /api/ai/model-info``, which devices call without
+    credentials: the platform, elevated once per process (the registry is public)."""
+    reader = services.extras.get(REGISTRY_READER)
+    if reader is None:
+        reader = services.extras[REGISTRY_READER] = services.policy.elevate(
+            "model info: read the public registry of AI models for devices")
+    return reader  # type: ignore[no-any-return]
+
+
+async def active_model(fhir: CallerFhir, task: str) -> JSON | None:
+    """The task's active model version (the registry's Devices: every signed-in user
+    reads them)."""
+    found = await fhir.search("Device", [
         ("type", AI_MODEL), ("model", task), ("status", "active"), ("_sort", "-_lastUpdated")])
     return found[0] if found else None
 
@@ -281,9 +296,7 @@ async def upload_model(
     activate: Annotated[bool, Form()] = True,
     ctx: ApiContext = Depends(api_context),
 ) -> Any:
-    if not ctx.access.subject.unrestricted:
-        raise ApiError(403, "PLATFORM_ADMIN_REQUIRED", "Only platform administrators "
-                       "register models")
+    ctx.authorize("ai.model.register")
     services = ctx.services
     store = blobs(services)
     try:
@@ -317,7 +330,7 @@ async def upload_model(
 
 
 async def _register(ctx: ApiContext, device: JSON, activate: bool) -> JSON:
-    previous = await active_model(ctx.services, device["modelNumber"]) if activate else None
+    previous = await active_model(ctx.fhir, device["modelNumber"]) if activate else None
     unit = ctx.unit()
     async with unit:
         staged = await create_unique(unit, device, [
@@ -355,7 +368,7 @@ async def model_info(request: Request,
     if task:
         params.append(("model", task))
     current: dict[str, JSON] = {}
-    for device in await services.fhir.search("Device", params):
+    for device in await registry_reader(services).search("Device", params):
         view = model_view(device)
         current.setdefault(view["task"], ModelInfoView(
             task=view["task"], model_id=view["id"], name=view["name"],

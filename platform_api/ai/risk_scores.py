@@ -49,7 +49,6 @@ from platform_api.ai.common import (
     data_file,
     instant,
     patient_for,
-    require_clinician,
 )
 from platform_api.cds import patient_news2
 from platform_api.envelope import Envelope, ok
@@ -432,7 +431,7 @@ router = APIRouter(tags=["ai"])
                      "Framingham CVD) from the patient's record, with inputs used and missing")
 async def risk_stratification(body: RiskRequest,
                               ctx: ApiContext = Depends(api_context)) -> Any:
-    require_clinician(ctx)
+    ctx.authorize("ai.decision-support")
     patient = await patient_for(ctx, body.patient_id)
     assert patient is not None
     record = await read_record(ctx, patient)

@@ -35,8 +35,8 @@ per unit of work that wrote it (the Encounter's and the note's versions written 
 share their ``lastUpdated``), with who (the Provenance of those versions; none for a
 version written through /fhir or HL7v2 without one), when, and what changed (the /api
 fields, before and after), plus the AuditEvents naming the record (``entity``). Whoever
-may read the record may read its trail: the Provenances and AuditEvents are read with
-the system's access once the record was read as the caller.
+may read the record may read its trail: the Provenances and AuditEvents are read through
+the policy's named elevation once the record was read as the caller.
 
 Lists: ``GET /api/patients/:id/clinical-records`` (a patient's, newest visit first) and
 ``GET /api/clinical-records`` (the caller's own, see ``shared``; ``patient_id`` for a
@@ -77,7 +77,6 @@ from platform_api.patients.shared import (
     known_patient,
     local_id,
     mine,
-    platform_fhir,
     provenance,
     provenance_owners,
     source_service,
@@ -421,7 +420,10 @@ def _audit_entries(events: list[JSON]) -> list[AuditEntryView]:
 async def record_audit(record_id: str, page: Pagination = Depends(pagination),
                        ctx: ApiContext = Depends(api_context)) -> Any:
     encounter = await records.load(ctx, record_id)  # 404 unknown, 403 not the caller's
-    system = platform_fhir(ctx)
+    # Whoever may read the record reads its trail: its notes' and its own Provenances and
+    # AuditEvents, which their role may not read otherwise.
+    system = ctx.elevate("clinical record audit: read the record's Provenances, notes and "
+                         "AuditEvents")
     note_ids = {n["id"] for n in await system.search("DocumentReference", [
         ("encounter", f"Encounter/{record_id}")])}
     provenances = await system.search("Provenance", [("target", f"Encounter/{record_id}")])

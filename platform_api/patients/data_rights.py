@@ -32,7 +32,8 @@ Provenances naming any of them):
   hold what was removed;
 - everything else is **erased**: deleted (subscribers get the deleted event) and expunged
   with its whole history, as if never written; so are the original HL7v2 messages
-  (Binary, the Provenances' source) about the patient, which hold their identity as sent;
+  (Binary, the Provenances' source) about the patient, which hold their identity as sent,
+  and the clinics' requests for the patient's consent (:mod:`.consent`);
 - an AuditEvent records it (DCM 110110 Patient Record, action D, purposeOfEvent v3-ActReason
   PATRQT, the administrator as agent, the Patient and the Task as entities, the counts in
   ``outcomeDesc``); the Task completes; event ``platform.privacy.erasure_completed``.
@@ -69,7 +70,6 @@ from platform_api.envelope import (
     Envelope,
     conflict,
     created,
-    forbidden,
     ok,
 )
 from platform_api.facade import (
@@ -111,7 +111,6 @@ from platform_api.patients.shared import (
     coding,
     concept,
     local_id,
-    platform_fhir,
     source_service,
     user_of,
     user_reference,
@@ -219,14 +218,8 @@ def request_view(task: JSON) -> JSON:
     ).model_dump()
 
 
-def _self_or_admin(ctx: ApiContext, patient_id: str) -> None:
-    subject = ctx.access.subject
-    if not subject.unrestricted and subject.patient_id != patient_id:
-        raise forbidden("Only the patient or a platform administrator may do this")
-
-
 async def _only_self_or_admin(ctx: ApiContext, query: Any) -> list[tuple[str, str]]:
-    _self_or_admin(ctx, ctx.path["patient_id"])
+    ctx.authorize("patient.data-rights", patient_id=ctx.path["patient_id"])
     return []
 
 
@@ -251,7 +244,7 @@ requests.mount(router, "/api/patients/{patient_id}/dsr", ops=("list",))
 async def request_erasure(patient_id: str, body: ErasureRequest | None = None,
                           ctx: ApiContext = Depends(api_context)) -> Any:
     await require_patient(ctx, patient_id)
-    _self_or_admin(ctx, patient_id)
+    ctx.authorize("patient.data-rights", patient_id=patient_id)
     when = now_instant()
     by_patient = ctx.access.subject.patient_id == patient_id
     task: JSON = {
@@ -264,7 +257,8 @@ async def request_erasure(patient_id: str, body: ErasureRequest | None = None,
     }
     if body and body.reason:
         task["reasonCode"] = {"text": body.reason}
-    unit = platform_fhir(ctx).unit()
+    # A patient reads Tasks of their record but writes none: the platform records it.
+    unit = ctx.elevate("erasure request: record the patient's request as a Task").unit()
     async with unit:
         staged = await unit.create(task, ownerless=True, if_none_exist=[
             ("patient", f"Patient/{patient_id}"), ("code", f"{TASK_CODES}|erasure-request"),
@@ -284,6 +278,7 @@ async def request_erasure(patient_id: str, body: ErasureRequest | None = None,
 @requests.route("POST", "/{resource_id}/reject", body=DecisionRequest,
                 summary="Refuse an erasure request, with the reason (platform administrators)")
 async def reject(ctx: ItemContext[DecisionRequest]) -> JSON:
+    ctx.authorize("patient.erasure.decide")
     when = now_instant()
     rejected = {**ERASURE_STATUS.move(ctx.resource, "rejected"), "lastModified": when,
                 "owner": user_reference(ctx.principal),
@@ -344,7 +339,7 @@ async def source_messages(fhir: CallerFhir, provenances: list[JSON], patient_id:
             binary_id = local_id(entity.get("what"), "Binary")
             if binary_id is None or binary_id in found:
                 continue
-            binary = await fhir.service.find_json("Binary", binary_id)
+            binary = await fhir.find_json("Binary", binary_id)
             context = local_id((binary or {}).get("securityContext"), "Patient")
             if binary is not None and context in (None, patient_id):
                 found[binary_id] = binary
@@ -439,8 +434,13 @@ def _summary(erased: dict[str, int], kept: dict[str, int]) -> str:
                         "(platform administrators)")
 async def approve(ctx: ItemContext[DecisionRequest]) -> JSON:
     task, patient_id = ctx.resource, ctx.path["patient_id"]
+    ctx.authorize("patient.erasure.decide")
     ERASURE_STATUS.check(task["status"], "accepted")
-    system = platform_fhir(ctx)
+    # As the platform, not as the administrator: the erasure reads and rewrites every
+    # record of the patient, and the audit trail must not note those reads afresh (its
+    # events would name what was just erased); its own AuditEvent records it instead.
+    system = ctx.elevate("erasure: erase and pseudonymize the patient's record and its "
+                         "history")
     record = [r for r in await record_of(system, patient_id) if r["id"] != task["id"]
               or r["resourceType"] != "Task"]
     record += [p for p in await provenances_of(system, record)
@@ -457,8 +457,14 @@ async def approve(ctx: ItemContext[DecisionRequest]) -> JSON:
     kept: dict[str, int] = {}
     users = [i["value"] for r in record if r["resourceType"] == "Patient"
              for i in r.get("identifier") or [] if i.get("system") == profiles.USER_SYSTEM]
+    asked = await ctx.services.store.find_documents(
+        consent.REQUESTS, {"patient_id": patient_id}, limit=MAX_SEARCH_RESULTS)
     unit = system.unit()
     async with unit:
+        for request in asked:  # clinics' requests for consent name the patient too
+            consent.forget_request(unit, request)
+        if asked:
+            erased["consent request"] = len(asked)
         for resource in record:
             kind, rid = resource["resourceType"], resource["id"]
             if (kind, rid) in kept_ids:
@@ -569,7 +575,9 @@ async def export(patient_id: str,
     await require_patient(ctx, patient_id)
     found = await record_of(ctx.fhir, patient_id, includes=True)
     when = now_instant()
-    unit = platform_fhir(ctx).unit()
+    # The reader may read the record, not write the audit trail: the platform records it.
+    unit = ctx.elevate("export: record the export of the patient's record as an "
+                       "AuditEvent").unit()
     async with unit:
         await unit.create(_export_audit(ctx, patient_id, len(found), when))
         await unit.commit()

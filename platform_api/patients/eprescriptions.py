@@ -23,20 +23,22 @@ and dosage, ``subject``, ``authorizingPrescription``, ``performer`` the pharmaci
 ``quantity`` and ``daysSupply`` (given, else the prescription's), ``whenHandedOver``. The
 last fill completes the Task and the MedicationRequest.
 
-Who may do what (the rules next to each route, on top of the resource policy):
+Who may do what (the access policy's rules, :mod:`platform_api.policy.actions.care`, on
+top of the resource policy):
 
-- create, transmit: members of the prescribing organization who may write the Task
-  (the policy: doctors, nurses, administrators);
-- dispense: members of the pharmacy the Task is addressed to whose role may create a
-  MedicationDispense (``ORG:PHARMACIST``, ``ORG:ADMIN``; ``DISPENSERS`` from the role
-  table);
-- refill: the patient, the prescribing organization's clinicians, or the pharmacy.
+- create: whoever may write the Task (the resource policy);
+- transmit (``eprescription.transmit``): members of the prescribing organization whose
+  role may update a Task (from the role table);
+- dispense (``eprescription.dispense``): members of the pharmacy the Task is addressed to
+  whose role may create a MedicationDispense (``ORG:PHARMACIST``, ``ORG:ADMIN``, ...);
+- refill (``eprescription.refill``): the patient, the prescribing organization's
+  clinicians, or the pharmacy (``eprescription.dispense``).
 
 Transmitting adds the pharmacy to the owners of the Task and the MedicationRequest
 (``meta.security``), so its members see what was sent to them; as no caller may hand a
 record to another organization, that write (and the pharmacy's and the patient's steps)
-goes through the platform's writer once the rule above admitted the caller (see
-``shared``). The pharmacy sees the patient's name on the prescription, not their record.
+goes through the policy's named elevation once the rule admitted the caller. The pharmacy
+sees the patient's name on the prescription, not their record.
 
 Events: ``platform.prescription.transmitted``, ``platform.prescription.dispensed``,
 ``platform.prescription.refill_requested`` (``eprescription_id``, ``prescription_id``,
@@ -54,11 +56,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from fhir_server.access import CREATE, UPDATE, permits
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.ownership import owner_labels, with_owners
-from platform_api.envelope import ApiError, conflict, forbidden, not_found
+from platform_api.envelope import ApiError, conflict, not_found
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -77,12 +78,10 @@ from platform_api.patients.shared import (
     deep_copy,
     local_id,
     mine,
-    platform_fhir,
     source_service,
     user_of,
     user_reference,
 )
-from platform_api.policy.roles import types_for
 
 TASK_CODE = "http://hl7.org/fhir/CodeSystem/task-code"
 FULFILL = concept(TASK_CODE, "fulfill", "Fulfill the focal request")
@@ -96,11 +95,6 @@ EPRESCRIPTION_STATUS = StatusTable.of(
 )
 OPEN = ("draft", "requested", "in-progress")
 EPrescriptionStatus = Literal["draft", "requested", "in-progress", "completed", "cancelled"]
-
-
-def dispensers(role: str | None) -> bool:
-    """Roles that dispense: those the role table lets create a MedicationDispense."""
-    return role is not None and "MedicationDispense" in types_for(role, CREATE)
 
 
 class EPrescriptionCreate(BaseModel):
@@ -206,7 +200,7 @@ async def _prepared(ctx: ApiContext, payload: JSON) -> JSON:
     if request.get("status") != "active":
         raise conflict("PRESCRIPTION_NOT_SIGNED", "Only a signed (active) prescription can be "
                        f"sent to a pharmacy; this one is {request.get('status')}")
-    pharmacy = await ctx.services.fhir.find_json("Organization", payload["pharmacy_id"])
+    pharmacy = await ctx.fhir.find_json("Organization", payload["pharmacy_id"])  # directory
     if pharmacy is None:
         raise not_found("Pharmacy")
     if not _is_pharmacy(pharmacy):
@@ -222,7 +216,7 @@ def _open_for_prescription(task: JSON) -> list[tuple[str, str]]:
 
 def _addressed_to_mine(ctx: ApiContext) -> list[tuple[str, str]]:
     """A clinician's (a pharmacist's) queue: those addressed to their organizations."""
-    orgs = sorted(ctx.access.subject.memberships) or ["none"]
+    orgs = sorted(ctx.organizations_for("organization.work-in") or ()) or ["none"]
     return [("owner", ",".join(f"Organization/{o}" for o in orgs))]
 
 
@@ -257,8 +251,11 @@ eprescriptions.mount(router, "/api/eprescriptions", ops=("list", "create", "get"
 
 # -- the workflow --------------------------------------------------------------------------
 async def _prescription(ctx: ItemContext[Any]) -> JSON:
+    """The prescription the e-prescription fulfils, as the caller reads it (the
+    prescriber's organization owns it, the pharmacy once it was transmitted, the patient
+    reads their own)."""
     request_id = local_id(ctx.resource.get("focus"), "MedicationRequest") or ""
-    request = await ctx.services.fhir.find_json("MedicationRequest", request_id)
+    request = await ctx.fhir.find_json("MedicationRequest", request_id)
     if request is None:
         raise not_found("Prescription")
     return request
@@ -280,8 +277,7 @@ def _payload(task: JSON, **more: Any) -> JSON:
                       summary="Transmit an e-prescription to its pharmacy")
 async def transmit(ctx: ItemContext[Any]) -> JSON:
     task = ctx.resource
-    if not permits(ctx.access, UPDATE, task, ctx.fhir.patients_of):
-        raise forbidden("Only the prescribing organization may transmit this e-prescription")
+    ctx.authorize("eprescription.transmit", owner_labels(task))
     EPRESCRIPTION_STATUS.check(task["status"], "requested")
     request = await _prescription(ctx)
     if request.get("status") != "active":
@@ -292,7 +288,8 @@ async def transmit(ctx: ItemContext[Any]) -> JSON:
     sent["executionPeriod"] = {"start": when}
     dispatched = deep_copy(request)
     dispatched.setdefault("dispenseRequest", {})["performer"] = task["owner"]
-    unit = platform_fhir(ctx).unit()
+    unit = ctx.elevate("eprescription transmit: add the pharmacy to the owners of the "
+                       "e-prescription and its prescription").unit()
     async with unit:
         staged = await unit.update(with_owners(sent, owner_labels(task) | {pharmacy_id}),
                                    if_match=int(task["meta"]["versionId"]))
@@ -306,9 +303,7 @@ async def transmit(ctx: ItemContext[Any]) -> JSON:
 
 def _require_dispenser(ctx: ItemContext[Any]) -> str:
     pharmacy_id = local_id(ctx.resource.get("owner"), "Organization") or ""
-    subject = ctx.access.subject
-    if not subject.unrestricted and not dispensers(subject.role_in(pharmacy_id)):
-        raise forbidden("Only the pharmacy this e-prescription was sent to may dispense it")
+    ctx.authorize("eprescription.dispense", pharmacy_id)
     return pharmacy_id
 
 
@@ -364,7 +359,8 @@ async def dispense(ctx: ItemContext[DispenseRequest]) -> JSON:
     done["output"] = [*task.get("output", []), {
         "type": {"text": "MedicationDispense"},
         "valueReference": {"reference": f"MedicationDispense/{dispensed['id']}"}}]
-    unit = platform_fhir(ctx).unit()
+    unit = ctx.elevate("eprescription dispense: record the fill and complete the "
+                       "e-prescription and its prescription").unit()
     async with unit:
         await unit.create(with_owners(dispensed, owner_labels(request) | {pharmacy_id}),
                           resource_id=dispensed["id"])
@@ -384,14 +380,10 @@ async def dispense(ctx: ItemContext[DispenseRequest]) -> JSON:
                       summary="Request the next fill of an e-prescription")
 async def refill(ctx: ItemContext[RefillRequest]) -> JSON:
     task = ctx.resource
-    subject = ctx.access.subject
-    patient_id = local_id(task.get("for"), "Patient")
     pharmacy_id = local_id(task.get("owner"), "Organization") or ""
-    if not (subject.unrestricted or patient_id == subject.patient_id
-            or permits(ctx.access, UPDATE, task, ctx.fhir.patients_of)
-            or dispensers(subject.role_in(pharmacy_id))):
-        raise forbidden("Only the patient, their clinicians or the pharmacy may request a "
-                        "refill")
+    if not ctx.may("eprescription.dispense", pharmacy_id):  # else the patient or prescriber
+        ctx.authorize("eprescription.refill", owner_labels(task),
+                      patient_id=local_id(task.get("for"), "Patient"))
     dispensed, allowed = len(_dispenses(task)), _allowed(task)
     if task["status"] == "completed" or dispensed >= allowed:
         raise conflict("NO_REFILLS_LEFT", "No refill is left on this prescription")
@@ -403,7 +395,8 @@ async def refill(ctx: ItemContext[RefillRequest]) -> JSON:
     if ctx.body and ctx.body.notes:
         asked["note"] = [*task.get("note", []), {"text": ctx.body.notes, "time": when,
                                                  "authorString": ctx.principal.email or ""}]
-    unit = platform_fhir(ctx).unit()
+    unit = ctx.elevate("eprescription refill: move the e-prescription back to the "
+                       "pharmacy's queue").unit()
     async with unit:
         staged = await unit.update(asked, if_match=int(task["meta"]["versionId"]))
         unit.emit("platform.prescription.refill_requested",

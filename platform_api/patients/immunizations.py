@@ -418,7 +418,7 @@ async def _country_of(ctx: ApiContext, patient: JSON) -> str | None:
             return str(address["country"]).upper()
     org_id = local_id(patient.get("managingOrganization"), "Organization")
     if org_id is not None:
-        org = await ctx.services.fhir.find_json("Organization", org_id)
+        org = await ctx.fhir.find_json("Organization", org_id)  # the directory
         for address in (org or {}).get("address") or []:
             if address.get("country"):
                 return str(address["country"]).upper()

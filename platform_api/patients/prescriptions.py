@@ -30,9 +30,10 @@ Mapping (/api field → FHIR MedicationRequest):
                     prescriber's override with its reason)
 
 ``POST /api/prescriptions/:id/sign`` (body ``{override_reason}``): only a doctor
-(``ORG:DOCTOR``) of an organization owning the prescription signs (``SIGNERS``); the
-prescription checks of :mod:`platform_api.prescription_checks` run first (drug-drug
-interactions when decision support registered them); a high or critical finding refuses
+(``ORG:DOCTOR``) of an organization owning the prescription signs (the access policy's
+``prescription.sign``); the prescription checks of
+:mod:`platform_api.prescription_checks` run first (drug-drug interactions when decision
+support registered them); a high or critical finding refuses
 with 409 ``DRUG_INTERACTION`` (``error.details`` lists the findings) unless an
 ``override_reason`` is given. Signing writes, in one unit of work, the active
 MedicationRequest, a DetectedIssue per finding and a Provenance carrying the signature
@@ -56,7 +57,7 @@ from pydantic import BaseModel, Field
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.ownership import owner_labels
-from platform_api.envelope import ApiError, forbidden
+from platform_api.envelope import ApiError
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -87,10 +88,8 @@ from platform_api.patients.shared import (
     user_reference,
     versioned,
 )
-from platform_api.policy.roles import ORG_DOCTOR
 from platform_api.prescription_checks import refusing, run_checks
 
-SIGNERS = frozenset({ORG_DOCTOR})  # who may sign a prescription of their organization
 GTS = "http://terminology.hl7.org/CodeSystem/v3-GTSAbbreviation"
 ACT_CODE = "http://terminology.hl7.org/CodeSystem/v3-ActCode"
 PLAC = concept("http://terminology.hl7.org/CodeSystem/v2-0203", "PLAC", "Placer Identifier")
@@ -373,13 +372,6 @@ prescriptions.action("cancel", to="cancelled", event="platform.prescription.canc
 
 
 # -- signing ----------------------------------------------------------------------------------
-def require_signer(ctx: ApiContext, request: JSON) -> None:
-    subject = ctx.access.subject
-    if not any(subject.role_in(org) in SIGNERS for org in owner_labels(request)):
-        raise forbidden("Only a doctor of the organization the prescription belongs to may "
-                        "sign it")
-
-
 def detected_issue(finding: JSON, request: JSON, ctx: ApiContext, when: str,
                    override_reason: str | None) -> JSON:
     severity = {"critical": "high", "high": "high", "moderate": "moderate"}.get(
@@ -408,7 +400,7 @@ def detected_issue(finding: JSON, request: JSON, ctx: ApiContext, when: str,
                      summary="Sign a prescription: its checks run, then it becomes active")
 async def sign_prescription(ctx: ItemContext[SignRequest]) -> JSON:
     request = ctx.resource
-    require_signer(ctx, request)
+    ctx.authorize("prescription.sign", owner_labels(request))
     PRESCRIPTION_STATUS.check(request["status"], "active")
     patient_id = local_id(request.get("subject"), "Patient") or ""
     findings = await run_checks(ctx.services, request, patient_id)

@@ -1,6 +1,5 @@
 """What the modules of the Patients area share: references to users and patients, codings
-and quantities, "my records" lists, the Provenance of an /api write, and the platform's
-own writer for workflow steps an area's rule admits.
+and quantities, "my records" lists, the Provenance of an /api write.
 
 - **Users** are referred to by their platform identifier (a logical reference:
   ``{"identifier": {"system": "urn:healthplatform:user", "value": <user id>}, "display":
@@ -10,21 +9,21 @@ own writer for workflow steps an area's rule admits.
 - **My records** (``GET /api/vitals`` and the like without ``patient_id``): with
   ``role=patient`` the records about the caller's own Patient record, with
   ``role=clinician`` the records the caller wrote; by default ``patient`` for a user with
-  a patient profile and no organization, ``clinician`` otherwise (and, for a platform
-  administrator, every record). With ``patient_id``, that patient's records, once the
-  caller may see the patient (404 unknown, 403 not theirs to see).
+  a patient profile and no organization, ``clinician`` otherwise (and every record for
+  whom the policy's ``records.list-all`` admits: platform administrators). With
+  ``patient_id``, that patient's records, once the caller may see the patient (404
+  unknown, 403 not theirs to see).
 - **Provenance**: who made each version of a record is a FHIR Provenance written in the
   same unit of work (``target`` the version-specific reference of each resource written,
   ``recorded``, ``activity`` from v3-DataOperation, ``agent.who`` the user, type
   ``author``). Provenance is FHIR's answer to "who made this version"; AuditEvent is the
   security log. A Provenance is owned like the record it is about (its owner labels), so
   the record's organization reads it on /fhir.
-- **The platform's writer** (:func:`platform_fhir`): a workflow step that moves a record
-  across organizations (a prescription dispatched to a pharmacy, a consent requested by a
-  clinic that cannot see the patient yet, a patient asking for a refill) is admitted by
-  the area's own rule, written next to its route and tested; the write then goes through
-  the FHIR service with the system's access (validated, versioned, indexed, with its
-  events), as the HL7v2 gateway's writes do.
+
+A workflow step that writes what its caller could not (a prescription dispatched to a
+pharmacy, a patient asking for a refill) is decided by the access policy's rule for it
+(:mod:`platform_api.policy.actions.care`) and then written through the policy's named
+elevation (``ctx.elevate("<action>: <what it writes>")``), next to the route.
 """
 
 from __future__ import annotations
@@ -36,12 +35,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from fhir_server.access import CREATE, SYSTEM
-from fhir_server.caller import CallerFhir
+from fhir_server.access import CREATE
 from fhir_server.ownership import owner_labels, with_owners
 from platform_api.auth.principal import Principal
 from platform_api.facade import ApiContext, require_patient
-from platform_api.policy.roles import types_for
 
 JSON = dict[str, Any]
 USER_SYSTEM = "urn:healthplatform:user"
@@ -184,10 +181,10 @@ def role_of(ctx: ApiContext, asked: Role | None) -> Role | None:
     """The perspective of a "my records" list (None: everything the caller may see)."""
     if asked is not None:
         return asked
-    subject = ctx.access.subject
-    if subject.unrestricted:
+    if ctx.may("records.list-all"):
         return None
-    return "patient" if subject.patient_id is not None and not subject.memberships \
+    member = bool(ctx.organizations_for("organization.work-in"))
+    return "patient" if ctx.access.subject.patient_id is not None and not member \
         else "clinician"
 
 
@@ -243,20 +240,10 @@ def provenance(targets: Iterable[str], activity: str, principal: Principal, when
 
 
 def provenance_owners(ctx: ApiContext, resource: JSON) -> frozenset[str]:
-    """The owners a Provenance of ``resource`` gets: the resource's own, those the caller
-    may write a Provenance for (all of them for a platform administrator)."""
-    owners = owner_labels(resource)
-    subject = ctx.access.subject
-    if subject.unrestricted:
-        return owners
-    return frozenset(o for o in owners if (role := subject.role_in(o)) is not None
-                     and "Provenance" in types_for(role, CREATE))
-
-
-def platform_fhir(ctx: ApiContext) -> CallerFhir:
-    """The FHIR service with the system's access, for a step the area's own rule admitted
-    (see the module docstring)."""
-    return CallerFhir(ctx.services.fhir, SYSTEM)
+    """The owners a Provenance of ``resource`` gets: the resource's own, those the policy
+    lets the caller write a Provenance for (all of them for a platform administrator)."""
+    return frozenset(o for o in owner_labels(resource) if ctx.fhir.admitted(
+        CREATE, with_owners({"resourceType": "Provenance"}, {o})))
 
 
 def source_service(area: str) -> str:

@@ -52,7 +52,7 @@ from platform_api.facade import (
     staged_body,
 )
 from platform_api.fhir_values import amount_text, coding, decimal_of, local_id, money
-from platform_api.patients.shared import NO_PATIENT, platform_fhir
+from platform_api.patients.shared import NO_PATIENT
 
 JSON = dict[str, Any]
 ELIGIBILITY = "urn:healthplatform:insurance-plan-eligibility"
@@ -325,7 +325,9 @@ async def enroll(body: EnrollRequest, ctx: ApiContext = Depends(api_context)) ->
     coverage = coverage_to_fhir(plan, patient_id, option, body.start or date.today())
     if patient_id == own and body.organization_id is None:
         insurer = local_id(plan.get("ownedBy"), "Organization")
-        writer, owners = platform_fhir(ctx), {insurer} if insurer else set()
+        writer = ctx.elevate("insurance enrolment: store the patient's own Coverage, "
+                             "owned by the insurer")
+        owners = {insurer} if insurer else set()
     else:
         if body.organization_id is None:
             raise ApiError(422, "VALIDATION_ERROR", "organization_id: say which "

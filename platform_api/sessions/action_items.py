@@ -45,7 +45,7 @@ from platform_api.facade import (
     ItemContext,
     SearchParam,
     StatusTable,
-    require_member,
+    require_organization,
 )
 from platform_api.organizations import MEMBERS
 from platform_api.sessions.common import (
@@ -191,16 +191,17 @@ async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
     if payload.get("patient_id"):
         await check_patient_and_encounter(ctx, payload)
         patient = await ctx.fhir.read_json("Patient", payload["patient_id"])
+        mine = ctx.organizations_for("organization.work-in")  # None: anywhere (an admin)
         organizations = [o for o in sorted(owner_labels(patient))
-                         if ctx.access.subject.unrestricted or ctx.access.subject.role_in(o)]
+                         if mine is None or o in mine]
     elif payload.get("encounter_id"):
         raise ApiError(422, "VALIDATION_ERROR", "An encounter needs its patient_id",
                        field="patient_id")
     if payload.get("organization_id"):
-        await require_member(ctx, payload["organization_id"])
+        await require_organization(ctx, payload["organization_id"])
         organizations = [payload["organization_id"]]
     elif not payload.get("patient_id"):
-        memberships = sorted(ctx.access.subject.memberships)
+        memberships = sorted(ctx.organizations_for("organization.work-in") or ())
         if len(memberships) != 1:
             raise ApiError(422, "ORGANIZATION_REQUIRED", "Say which organization the item "
                            "belongs to", field="organization_id")

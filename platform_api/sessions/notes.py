@@ -26,9 +26,10 @@ Mapping (/api field → Composition element):
 
 Rules: ``POST /api/clinical/notes/:id/sign`` moves preliminary → final (409
 ``INVALID_TRANSITION`` otherwise) and only a doctor or nurse of an organization that owns
-the note may sign (``SIGNING_ROLES``, 403 otherwise). A preliminary note is edited freely
-(by whoever the policy lets update it); a signed one changes only by amendment: a PATCH
-with ``amendment_reason`` by a signer, which makes it ``amended`` (422 without a reason).
+the note may sign (the access policy's ``clinical-note.sign``, 403 otherwise). A
+preliminary note is edited freely (by whoever the policy lets update it); a signed one
+changes only by amendment: a PATCH with ``amendment_reason`` by a signer, which makes it
+``amended`` (422 without a reason).
 ``GET /api/clinical/notes/patient/:patient_id`` lists a patient's notes, newest first.
 Events: ``platform.clinical.note_created``, ``platform.clinical.note_signed`` and
 ``platform.clinical.note_amended`` (payload: note_id, patient_id, encounter_id, type,
@@ -46,7 +47,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from fhir_server.clock import now_instant
-from platform_api.envelope import ApiError, conflict, forbidden
+from fhir_server.ownership import owner_labels
+from platform_api.envelope import ApiError, conflict
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -56,7 +58,6 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
 )
-from platform_api.policy.roles import ORG_DOCTOR, ORG_NURSE
 from platform_api.sessions.common import (
     LOINC,
     check_patient_and_encounter,
@@ -83,7 +84,6 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "assessment": ("51848-0", "Assessment"),
     "plan": ("18776-5", "Plan of care"),
 }
-SIGNING_ROLES = frozenset({ORG_DOCTOR, ORG_NURSE})
 NOTE_STATUS = StatusTable.of(
     preliminary=("final", "entered-in-error"),
     final=("amended", "entered-in-error"),
@@ -280,12 +280,7 @@ patient_notes.mount(router, "/api/clinical/notes/patient/{patient_id}", ops=("li
 
 def require_signer(ctx: ApiContext, note: JSON) -> None:
     """Only a doctor or nurse of an organization owning the note signs or amends it."""
-    from fhir_server.ownership import owner_labels
-
-    roles = {ctx.access.subject.role_in(org) for org in owner_labels(note)}
-    if not roles & SIGNING_ROLES:
-        raise forbidden("Only a doctor or nurse of the organization that holds this note "
-                        "may sign or amend it")
+    ctx.authorize("clinical-note.sign", owner_labels(note))
 
 
 @notes.route("POST", "/{resource_id}/sign", body=SignRequest,

@@ -57,9 +57,9 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 from starlette.responses import StreamingResponse
 
-from fhir_server.access import UPDATE
 from fhir_server.clock import now_instant
-from platform_api.envelope import ApiError, Envelope, conflict, forbidden, ok
+from fhir_server.ownership import owner_labels
+from platform_api.envelope import ApiError, Envelope, conflict, ok
 from platform_api.facade import (
     ApiContext,
     Events,
@@ -287,8 +287,7 @@ async def audio_chunks(services: Services, recording_id: str) -> AsyncIterator[b
 
 
 def _require_update(ctx: ApiContext, media: JSON) -> None:
-    if not ctx.fhir.admitted(UPDATE, media):
-        raise forbidden("You may not change this recording")
+    ctx.authorize("recording.change", owner_labels(media))
 
 
 def _require_open(media: JSON) -> None:

@@ -25,9 +25,10 @@ process that died), claims a job by moving its Task to ``in-progress`` against t
 version it read (two processes cannot both claim it), copies the audio from the blob
 store to a temporary file, and transcribes in a thread pool of its own
 (``HEALTHPLATFORM_TRANSCRIPTION_WORKERS`` threads), never on the event loop. The result
-is written as the platform (``SYSTEM``): the transcript, the Task and the recording's
-duration in one unit of work with ``platform.sessions.transcript_completed`` (or the
-Task ``failed`` with ``platform.sessions.transcript_failed``).
+is written as the platform (the policy's named elevation, taken once when the worker is
+built): the transcript, the Task and the recording's duration in one unit of work with
+``platform.sessions.transcript_completed`` (or the Task ``failed`` with
+``platform.sessions.transcript_failed``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
 from platform_api.services import Services
@@ -289,10 +289,13 @@ class TranscriptionWorker:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _pool: ThreadPoolExecutor | None = None
     _pending: set[str] = field(default_factory=set)
+    fhir: CallerFhir = field(init=False)
 
-    @property
-    def fhir(self) -> CallerFhir:
-        return CallerFhir(self.services.fhir, SYSTEM)
+    def __post_init__(self) -> None:
+        # A background component: it works for whoever queued each job.
+        self.fhir = self.services.policy.elevate(
+            "transcription worker: claim transcription jobs and write their transcripts, "
+            "Tasks and recording durations")
 
     def start(self) -> None:
         workers = self.services.settings.transcription_workers

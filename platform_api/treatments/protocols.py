@@ -44,8 +44,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, model_validator
 
-from fhir_server.access import SYSTEM
-from fhir_server.caller import CallerFhir
+from fhir_server.access import UPDATE
 from fhir_server.clock import now_instant
 from fhir_server.ownership import owner_labels, with_owners
 from platform_api.envelope import ApiError, Envelope, conflict, ok
@@ -58,7 +57,7 @@ from platform_api.facade import (
     StatusTable,
     Unique,
     api_context,
-    require_member,
+    require_organization,
     until_stable,
 )
 from platform_api.services import Services
@@ -321,11 +320,16 @@ def canonical(plan: JSON) -> str:
 USE_TAG = "urn:healthplatform:instantiated-from"
 
 
-async def in_use(services: Services, plan_id: str) -> bool:
+async def in_use(ctx: ApiContext, plan: JSON) -> bool:
     """Whether any patient's treatment (a CarePlan tagged with this PlanDefinition's id)
-    was started from this version, whoever may see it."""
-    found = await CallerFhir(services.fhir, SYSTEM).match_ids(
-        "CarePlan", [("_tag", f"{USE_TAG}|{plan_id}")], 1)
+    was started from this version, whoever may see it (the treatments may be another
+    organization's). Asked for a caller who may change the protocol only: another's
+    change is refused by the write itself, and learns nothing here."""
+    if not ctx.fhir.admitted(UPDATE, plan):
+        return False
+    found = await ctx.elevate("treatment protocol change: look for any treatment started "
+                              "from this version").match_ids(
+        "CarePlan", [("_tag", f"{USE_TAG}|{plan['id']}")], 1)
     return bool(found)
 
 
@@ -334,7 +338,7 @@ async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
     """The organization named must be the caller's; a new version takes the code and the
     next version number of the one it supersedes."""
     if payload.get("organization_id"):
-        await require_member(ctx, payload["organization_id"])
+        await require_organization(ctx, payload["organization_id"])
     if payload.get("supersedes_id"):
         earlier = await protocols.load(ctx, payload["supersedes_id"])
         if earlier.get("name") != payload["code"]:
@@ -389,7 +393,7 @@ async def update_protocol(ctx: ItemContext[ProtocolUpdate]) -> JSON:
     payload = ctx.body.model_dump(exclude_unset=True) if ctx.body else {}
     plan = ctx.resource
     target = payload.pop("status", None)
-    if payload and (plan["status"] == "retired" or await in_use(ctx.services, ctx.id)):
+    if payload and (plan["status"] == "retired" or await in_use(ctx, plan)):
         raise conflict("PROTOCOL_IN_USE" if plan["status"] != "retired"
                        else "INVALID_TRANSITION",
                        "This version is in use or retired: only its status may change; "
@@ -407,7 +411,7 @@ async def update_protocol(ctx: ItemContext[ProtocolUpdate]) -> JSON:
 async def delete_protocol(resource_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
     async def once() -> JSON:
         plan = await protocols.load(ctx, resource_id)
-        if not await in_use(ctx.services, resource_id):
+        if not await in_use(ctx, plan):
             await protocols.delete_one(ctx, resource_id)
             return {"id": resource_id, "deleted": True, "retired": False}
         if plan["status"] != "retired":
@@ -423,7 +427,7 @@ async def delete_protocol(resource_id: str, ctx: ApiContext = Depends(api_contex
 async def seed(services: Services, protocols_json: list[JSON]) -> None:
     """Store the shipped protocols once (conditional creates on url and version: a
     restart, or another process, finds them there)."""
-    fhir = CallerFhir(services.fhir, SYSTEM)
+    fhir = services.policy.elevate("treatment protocols: store the shipped protocols")
     for payload in protocols_json:
         plan = protocol_to_fhir(ProtocolCreate(**payload).model_dump(exclude_unset=True),
                                 None, None)

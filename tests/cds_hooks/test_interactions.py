@@ -13,6 +13,7 @@ import pytest
 
 from cds_hooks.interactions import (
     InteractionEntry,
+    InteractionKnowledge,
     InteractionTable,
     check_medication_request,
     entry_from_plan_definition,
@@ -149,13 +150,17 @@ async def test_check_medication_request_reads_the_patients_active_medications(
         draft = {"resourceType": "MedicationRequest", "id": "rx-ibuprofen", "status": "draft",
                  "intent": "order", "subject": subject, "medicationCodeableConcept": {
                      "coding": [{"system": RXNORM, "code": "5640", "display": "Ibuprofen"}]}}
-        findings = await check_medication_request(fhir, draft, patient.id)
+        # The platform hands in who reads (here the store's own rights, as its elevated
+        # reader has) and the table.
+        knowledge = InteractionKnowledge(caller)
+        findings = await check_medication_request(caller, knowledge, draft, patient.id)
         assert [(f["severity"], f["drugs"]) for f in findings] == [
             ("high", ["Ibuprofen", "Warfarin Sodium 5 MG Oral Tablet"])]
         assert set(findings[0]) >= {"severity", "description", "drugs", "recommendation"}
         # a stopped simvastatin does not interact; the active clarithromycin statement does
         statin = {**draft, "medicationCodeableConcept": {"text": "Simvastatin 20 mg"}}
-        assert [f["key"] for f in await check_medication_request(fhir, statin, patient.id)] \
+        assert [f["key"] for f in await check_medication_request(caller, knowledge, statin,
+                                                                 patient.id)] \
             == ["statins-strong-cyp3a4-inhibitors"]
     finally:
         await store.close()

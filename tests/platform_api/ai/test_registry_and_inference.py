@@ -159,3 +159,17 @@ async def test_a_model_larger_than_the_limit_is_refused(clinic, app):
     app.state.services.settings.ai_model_max_bytes = 100
     assert refusal(await upload(clinic, diagnosis_model())) == (413, "MODEL_TOO_LARGE")
     assert data(await clinic.get("doctor", "/api/ai/models")) == []
+
+
+@pytest.mark.parametrize(("who", "allowed"), [
+    ("admin", True), ("doctor", True), ("nurse", True), ("lab", True),
+    ("other_admin", True), ("platform_admin", True),
+    ("receptionist", False), ("billing", False), ("stranger", False)])
+async def test_decision_support_needs_a_clinical_role_in_any_organization(clinic, who, allowed):
+    """``ai.decision-support`` (``any_role``): a doctor, nurse, lab or administrator of any
+    organization (another clinic's administrator too: the patient's own visibility is a
+    separate check), or a platform administrator; the allowed go on to find no model."""
+    answer = await clinic.post(who, "/api/ai/cancer-detection",
+                               {"image": png((220, 40, 40)), "content_type": "image/png"})
+    assert refusal(answer) == ((409, "NO_ACTIVE_MODEL") if allowed else
+                               (403, "CLINICAL_ROLE_REQUIRED"))

@@ -199,3 +199,20 @@ async def test_lists_and_access(clinic):
         "headers"])).status_code == 403
     assert (await clinic.client.get("/api/prescriptions/unknown", headers=clinic.doctor[
         "headers"])).status_code == 404
+
+
+@pytest.mark.parametrize(("who", "status", "code"), [
+    ("doctor", 200, None), ("admin", 403, "FORBIDDEN"), ("nurse", 403, "FORBIDDEN"),
+    ("outsider", 403, "FORBIDDEN")])
+async def test_only_a_doctor_of_the_prescriptions_organization_signs(clinic, who, status,
+                                                                     code):
+    """``prescription.sign``: a doctor of an organization owning the prescription; not its
+    administrator or nurse, not a doctor of another organization."""
+    created = await prescribe(clinic, who=clinic.nurse)
+    signed = await clinic.client.post(f"/api/prescriptions/{created['id']}/sign", json={},
+                                      headers=getattr(clinic, who)["headers"])
+    assert signed.status_code == status, signed.text
+    if code is not None:
+        assert signed.json()["error"]["code"] == code
+    else:
+        assert signed.json()["data"]["status"] == "active"
