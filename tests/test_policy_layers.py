@@ -45,6 +45,34 @@ UNCHECKED_ALLOWED = {
 # Every place the platform acts with more rights than its caller: module → the reasons
 # it names (policy.elevate / ctx.elevate / ctx.elevate_unit / elevated_access).
 ELEVATIONS: dict[str, set[str]] = {
+    "platform_api/patients/eprescriptions.py": {
+        "eprescription transmit: add the pharmacy to the owners of the e-prescription and "
+        "its prescription",
+        "eprescription dispense: record the fill and complete the e-prescription and its "
+        "prescription",
+        "eprescription refill: move the e-prescription back to the pharmacy's queue"},
+    "platform_api/patients/data_rights.py": {
+        "erasure request: record the patient's request as a Task",
+        "erasure: erase and pseudonymize the patient's record and its history",
+        "export: record the export of the patient's record as an AuditEvent"},
+    "platform_api/patients/clinical_records.py": {
+        "clinical record audit: read the record's Provenances, notes and AuditEvents"},
+    "platform_api/treatments/protocols.py": {
+        "treatment protocols: store the shipped protocols",
+        "treatment protocol change: look for any treatment started from this version"},
+    "platform_api/cds.py": {
+        "cds: read the stored drug-interaction entries (PlanDefinitions)",
+        "cds panic values: read each stored Observation and write its critical-result Flag"},
+    "platform_api/sessions/transcription.py": {
+        "transcription worker: claim transcription jobs and write their transcripts, Tasks "
+        "and recording durations"},
+    "platform_api/ai/common.py": {"decision support: record the call as an AuditEvent"},
+    "platform_api/ai/devices.py": {
+        "device heartbeat: update the device's last-seen time, battery and model versions"},
+    "platform_api/ai/registry.py": {
+        "model info: read the public registry of AI models for devices"},
+    "platform_api/rcm/insurance.py": {
+        "insurance enrolment: store the patient's own Coverage, owned by the insurer"},
     "platform_api/doctors/consumers.py": {
         "doctors consumers: create a registered doctor's profile, and give or take their "
         "PractitionerRole at an organization as their membership comes or goes"},
