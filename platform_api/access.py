@@ -291,6 +291,13 @@ PLATFORM_RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/patients/{}/dsr/{}/reject"): Rule(
         AUTHENTICATED, roles=PLATFORM_ADMINS, limit="write",
         reason="The refusal of an erasure request, with its reason (see approve)."),
+    # Scheduling: a booking made without signing in holds the contact it gave (it never
+    # names a registered patient: issue 31) until the clinic says whom it is for.
+    ("POST", "/api/appointments/{}/confirm-patient"): Rule(
+        AUTHENTICATED, scope="appointments:write", limit="write",
+        reason="The public booking holds its contact unverified; the organization's staff "
+               "confirm whom it is for (link a Patient or register the contact): the spec "
+               "books in a patient's name, which let anyone learn who is a patient where."),
     # CDS Hooks 2.0 routes the spec's operation list leaves out (it lists discovery and
     # /cds-hooks/:hook_id): the standard service path and its feedback, authenticated by
     # the handler as /cds-hooks/:hook_id is; the feedback reports for administrators; the

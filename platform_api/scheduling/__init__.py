@@ -4,6 +4,7 @@
 One module per part, each stating its FHIR mapping: :mod:`.resources` (Practitioner,
 Location, Device), :mod:`.schedules` (Schedule) and :mod:`.slots` (Slot),
 :mod:`.booking` (taking and freeing Slots), :mod:`.appointments` (Appointment),
+:mod:`.contacts` (booking, public or for oneself; confirming whom a booking is for),
 :mod:`.requests` (Appointment proposed/pending, AppointmentResponse),
 :mod:`.telemedicine` (Encounter, class VR) over :mod:`.video` (the video platform's API).
 
@@ -15,13 +16,23 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from platform_api.scheduling import appointments, requests, resources, schedules, telemedicine
+# contacts declares a route of the appointments facade (confirm-patient): imported before
+# appointments.router is included below.
+from platform_api.scheduling import (
+    appointments,
+    contacts,
+    requests,
+    resources,
+    schedules,
+    telemedicine,
+)
 from platform_api.scheduling.slots import SlotKeeper
 from platform_api.services import Services
 
 router = APIRouter()
 router.include_router(resources.router)
 router.include_router(schedules.router)
+router.include_router(contacts.router)
 router.include_router(appointments.router)
 router.include_router(requests.router)
 router.include_router(telemedicine.router)

@@ -7,6 +7,11 @@ Mapping (/api field → FHIR Appointment):
     resource_id       → participant[actor = Practitioner | Location | Device/<id>] (status
                         accepted, required)
     patient_id, patient_name → participant[actor = Patient/<id>, display] (accepted)
+    patient_confirmed → false while the patient is the contact a booking gave (no
+                        Patient yet): participant[actor = #contact], the contact a
+                        contained Patient (name, telecom), tag
+                        urn:healthplatform:scheduling|unconfirmed-patient
+    patient_contact   → that contained Patient's name, e-mail and phone
     start_time, end_time → start, end (UTC instants); minutesDuration
     reason            → reasonCode[0].text
     slot_ids          → slot[] (every Slot of the resource the time overlaps, busy while
@@ -15,16 +20,12 @@ Mapping (/api field → FHIR Appointment):
     created_at        → created
     organization_id   → owner label: the resource's organization
 
-**Booking** (``POST /api/appointments``, public, rate limited: the ``booking`` class): a
-free time of a resource (availability) for a patient given by name, e-mail and/or phone.
-The Patient is matched in the resource's organization by e-mail, then phone
-(``Patient?_security=<org>&email=...``), else created there (``managingOrganization``
-and owner: that organization, which owns the appointment too); the match is re-checked
-inside the commit, so two bookings of one new patient create one Patient. The Slots are
-taken against their versions (``booking``): of two bookings racing for a time exactly
-one gets 201 ``booked``, the other 409 ``SLOT_UNAVAILABLE``, in one process or several.
-The confirmation is e-mailed (SMTP) by a handler of the ``appointment_booked`` event,
-once per event.
+**Booking** (``POST /api/appointments``, public: :mod:`.contacts`) takes a free time of
+a resource for the contact given, or for the signed-in patient's own record. The Slots
+are taken against their versions (``booking``): of two bookings racing for a time
+exactly one gets 201 ``booked``, the other 409 ``SLOT_UNAVAILABLE``, in one process or
+several. The confirmation is e-mailed (SMTP) by a handler of the ``appointment_booked``
+event, once per event, to the patient's or the contact's address.
 
 **Status table** (a refused move is 409 ``INVALID_TRANSITION``): proposed → pending,
 booked, waitlist, cancelled; pending → booked, waitlist, cancelled; waitlist → proposed,
@@ -37,10 +38,13 @@ noshow or entered-in-error frees them.
 (the new time is taken before the old is given up: a refused new time leaves the booking
 as it was); Slots common to both stay held. **Cancel** frees the Slots.
 
-Who: the appointment's organization's staff whose role updates scheduling resources
+Who (the policy's rules ``appointment.change``, ``.reschedule``, ``.cancel``): the
+appointment's organization's staff whose role updates scheduling resources
 (``ORG:ADMIN``, ``ORG:DOCTOR``, ``ORG:NURSE``, ``ORG:RECEPTIONIST``) move, reschedule
 and cancel; the patient may read, reschedule and cancel their own appointment (through
-their own Patient record); lists are the caller's grants (one search).
+their own Patient record); lists are the caller's grants (one search). The Slots a move
+takes or frees are written with the platform's rights (a named elevation: a patient may
+not write Slots), after the rule admitted the caller.
 
 Events (payloads in the README): ``platform.scheduling.appointment_booked``,
 ``..._cancelled``, ``..._rescheduled``, ``..._status_changed``.
@@ -55,14 +59,13 @@ from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, EmailStr, Field, model_validator
 
-from fhir_server.access import UPDATE, permits
 from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.clock import now_instant
-from fhir_server.store import Condition, DuplicateDocument
-from platform_api.envelope import ApiError, Envelope, conflict, created, forbidden, not_found, ok
+from fhir_server.store import DuplicateDocument
+from platform_api.envelope import ApiError, Envelope, conflict, not_found, ok
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -77,6 +80,7 @@ from platform_api.scheduling.common import (
     JSON,
     RACE_ERRORS,
     SOURCE,
+    UNCONFIRMED_TAG,
     aware_utc,
     day_bounds,
     instant,
@@ -87,9 +91,9 @@ from platform_api.scheduling.common import (
     owner_criterion,
     parse_instant,
     reference,
-    system_fhir,
     valid_zone,
     version_of,
+    with_tag,
     zone,
 )
 from platform_api.scheduling.resources import (
@@ -99,7 +103,7 @@ from platform_api.scheduling.resources import (
     load_resource,
     time_zone_of,
 )
-from platform_api.services import Services, request_services
+from platform_api.services import Services
 
 log = logging.getLogger("healthplatform.scheduling")
 
@@ -177,6 +181,12 @@ class CancelRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=1000, examples=["Patient travelling"])
 
 
+class ContactView(BaseModel):
+    name: str | None = None
+    email: str | None = None
+    phone: str | None = None
+
+
 class AppointmentView(BaseModel):
     id: str
     status: str
@@ -185,6 +195,11 @@ class AppointmentView(BaseModel):
     resource_name: str | None = None
     patient_id: str | None = None
     patient_name: str | None = None
+    patient_confirmed: bool = Field(default=True, description="false: booked without "
+                                    "signing in, for the contact given, until the "
+                                    "organization's staff confirm who it is")
+    patient_contact: ContactView | None = Field(default=None, description="The contact "
+                                                "an unconfirmed booking gave")
     organization_id: str | None = None
     start_time: str | None = None
     end_time: str | None = None
@@ -249,18 +264,46 @@ def actor_of(appointment: JSON) -> JSON:
     return (participant(appointment, ACTORS) or {}).get("actor") or {}
 
 
+CONTACT = "contact"  # the id of the contained Patient an unconfirmed booking holds
+
+
 def patient_of(appointment: JSON) -> JSON:
-    return (participant(appointment, ("Patient",)) or {}).get("actor") or {}
+    """The patient participant's actor: ``Patient/<id>``, or ``#contact`` while the
+    booking is unconfirmed."""
+    found = participant(appointment, ("Patient",)) or next(
+        (p for p in appointment.get("participant") or []
+         if (p.get("actor") or {}).get("reference") == f"#{CONTACT}"), None)
+    return (found or {}).get("actor") or {}
+
+
+def contact_of(appointment: JSON) -> JSON | None:
+    """The contact an unconfirmed booking holds (a contained Patient), if any."""
+    return next((c for c in appointment.get("contained") or []
+                 if c.get("resourceType") == "Patient" and c.get("id") == CONTACT), None)
+
+
+def telecom_value(patient: JSON, system: str) -> str | None:
+    return next((t.get("value") for t in patient.get("telecom") or []
+                 if t.get("system") == system and t.get("value")), None)
+
+
+def contact_view(contact: JSON | None) -> ContactView | None:
+    if contact is None:
+        return None
+    return ContactView(name=patient_display(contact), email=telecom_value(contact, "email"),
+                       phone=telecom_value(contact, "phone"))
 
 
 def appointment_from_fhir(appointment: JSON) -> JSON:
     actor, patient = actor_of(appointment), patient_of(appointment)
     tags = (appointment.get("meta") or {}).get("tag") or []
+    contact = contact_of(appointment)
     return AppointmentView(
         id=appointment["id"], status=appointment["status"], resource_id=local_id(actor),
         resource_type=(actor.get("reference") or "/").split("/")[0] or None,
         resource_name=actor.get("display"), patient_id=local_id(patient, "Patient"),
-        patient_name=patient.get("display"), organization_id=organization_of(appointment),
+        patient_name=patient.get("display"), patient_confirmed=contact is None,
+        patient_contact=contact_view(contact), organization_id=organization_of(appointment),
         start_time=appointment.get("start"), end_time=appointment.get("end"),
         reason=(appointment.get("reasonCode") or [{}])[0].get("text"),
         slot_ids=[i for ref in appointment.get("slot") or [] if (i := local_id(ref, "Slot"))],
@@ -274,14 +317,21 @@ def appointment_from_fhir(appointment: JSON) -> JSON:
 def new_appointment(actor: JSON, patient: JSON, status: str, *, start: datetime | None,
                     end: datetime | None, slots: list[JSON], reason: str | None,
                     actor_status: str = "accepted") -> JSON:
+    """The Appointment of ``patient`` (a stored Patient, or the contact a booking without
+    signing in gave: a Patient with the id ``contact`` and no ``meta``, held contained
+    and tagged unconfirmed) with the resource ``actor``."""
+    contact = patient.get("id") == CONTACT and "meta" not in patient
     appointment: JSON = {
         "resourceType": "Appointment", "status": status, "created": now_instant(),
         "participant": [
-            {"actor": {"reference": f"Patient/{patient['id']}",
+            {"actor": {"reference": f"#{CONTACT}" if contact else f"Patient/{patient['id']}",
                        "display": patient_display(patient)},
              "required": "required", "status": "accepted"},
             {"actor": {"reference": reference(actor), "display": display_name(actor)},
              "required": "required", "status": actor_status}]}
+    if contact:
+        appointment["contained"] = [patient]
+        appointment = with_tag(appointment, UNCONFIRMED_TAG)
     if start is not None and end is not None:
         appointment.update(start=instant(start), end=instant(end),
                            minutesDuration=int((end - start).total_seconds() // 60))
@@ -328,28 +378,23 @@ def _day_criteria(day: date | None, tz_name: str = "UTC") -> list[tuple[str, str
 
 
 # -- who may change an appointment ------------------------------------------------------------
-def own_appointment(ctx: ApiContext, appointment: JSON) -> bool:
-    own = ctx.access.subject.patient_id
-    return own is not None and own in ctx.fhir.patients_of(appointment)
-
-
-def require_change(ctx: ApiContext, appointment: JSON, *, patient_may: bool) -> None:
-    if permits(ctx.access, UPDATE, appointment, ctx.fhir.patients_of):
-        return
-    if patient_may and own_appointment(ctx, appointment):
-        return
-    raise forbidden("You may not change this appointment")
+def authorize(ctx: ApiContext, action: str, appointment: JSON) -> None:
+    """403 unless the policy's rule for ``action`` admits the caller on this appointment:
+    its organization, and its patient (the ``Patient/<id>`` it names: an unconfirmed
+    booking's contact is nobody's own record)."""
+    ctx.authorize(action, organization_of(appointment),
+                  patient_id=local_id(patient_of(appointment), "Patient"))
 
 
 # -- the writes ---------------------------------------------------------------------------
 Change = Callable[[CallerFhir, FhirUnit, JSON], Awaitable[tuple[JSON, str | None, JSON]]]
 
 
-async def write_change(services: Services, appointment_id: str, change: Change) -> JSON:
+async def write_change(fhir: CallerFhir, appointment_id: str, change: Change) -> JSON:
     """Apply ``change(fhir, unit, latest) -> (changed, topic, event extras)`` to the latest
-    version of the appointment in a unit of the platform, again on fresh data when it lost
-    a race (a Slot or the appointment changed meanwhile); the stored appointment."""
-    fhir = system_fhir(services)
+    version of the appointment in a unit of ``fhir`` (the platform's rights, elevated for
+    an action the policy admitted), again on fresh data when it lost a race (a Slot or the
+    appointment changed meanwhile); the stored appointment."""
     for _attempt in range(ATTEMPTS):
         latest = await fhir.read_json("Appointment", appointment_id)
         try:
@@ -366,9 +411,9 @@ async def write_change(services: Services, appointment_id: str, change: Change) 
     raise booking.unavailable("The time kept changing while it was being booked; retry")
 
 
-async def actor_for(services: Services, appointment: JSON) -> JSON:
+async def actor_for(fhir: CallerFhir, appointment: JSON) -> JSON:
     actor_id = local_id(actor_of(appointment))
-    actor = await find_resource(services, actor_id or "")
+    actor = await find_resource(fhir, actor_id or "")
     if actor is None:
         raise conflict("RESOURCE_UNAVAILABLE", "The appointment's resource is no longer "
                        "schedulable")
@@ -377,7 +422,7 @@ async def actor_for(services: Services, appointment: JSON) -> JSON:
 
 def move_to(target: str, *, reason: str | None = None,
             start: datetime | None = None, end: datetime | None = None,
-            services: Services | None = None, actor: JSON | None = None) -> Change:
+            actor: JSON | None = None) -> Change:
     """A status move through the table, taking the time's Slots when it books and giving
     them back when it releases."""
     async def change(fhir: CallerFhir, unit: FhirUnit, latest: JSON
@@ -391,8 +436,7 @@ def move_to(target: str, *, reason: str | None = None,
             if begins is None or ends is None:
                 raise ApiError(422, "VALIDATION_ERROR", "start_time: a time is needed to "
                                "book this appointment", field="start_time")
-            assert services is not None
-            who = actor or await actor_for(services, latest)
+            who = actor or await actor_for(fhir, latest)
             slots = await booking.free_time(fhir, who, begins, ends)
             await booking.take(unit, slots)
             changed.update(start=instant(begins), end=instant(ends),
@@ -412,14 +456,14 @@ def move_to(target: str, *, reason: str | None = None,
     return change
 
 
-def reschedule_to(services: Services, start: datetime, end: datetime, actor: JSON | None,
-                  reason: str | None) -> Change:
+def reschedule_to(start: datetime, end: datetime, actor: JSON | None, reason: str | None
+                  ) -> Change:
     async def change(fhir: CallerFhir, unit: FhirUnit, latest: JSON
                      ) -> tuple[JSON, str | None, JSON]:
         if latest["status"] != "booked":
             raise conflict("INVALID_TRANSITION", f"Only a booked appointment can be "
                            f"rescheduled (this one is {latest['status']!r})")
-        who = actor or await actor_for(services, latest)
+        who = actor or await actor_for(fhir, latest)
         held = frozenset(i for r in latest.get("slot") or [] if (i := local_id(r, "Slot")))
         same_actor = reference(who) == actor_of(latest).get("reference")
         slots = await booking.free_time(fhir, who, start, end,
@@ -441,103 +485,8 @@ def reschedule_to(services: Services, start: datetime, end: datetime, actor: JSO
     return change
 
 
-# -- public booking ------------------------------------------------------------------------
-def _split_name(text: str) -> JSON:
-    words = text.split()
-    name: JSON = {"use": "official", "text": text}
-    if len(words) > 1:
-        name["given"], name["family"] = words[:-1], words[-1]
-    elif words:
-        name["given"] = words
-    return name
-
-
-def new_patient(body: BookingRequest, organization_id: str) -> JSON:
-    telecom = []
-    if body.patient_phone:
-        telecom.append({"system": "phone", "value": body.patient_phone, "use": "mobile"})
-    if body.patient_email:
-        telecom.append({"system": "email", "value": str(body.patient_email)})
-    return owned_by({"resourceType": "Patient", "active": True,
-                     "name": [_split_name(body.patient_name)], "telecom": telecom,
-                     "managingOrganization": {"reference": f"Organization/{organization_id}"}},
-                    organization_id)
-
-
-def _patient_criteria(body: BookingRequest, organization_id: str
-                      ) -> list[list[tuple[str, str]]]:
-    found = []
-    if body.patient_email:
-        found.append([owner_criterion(organization_id), ("email", str(body.patient_email))])
-    if body.patient_phone:
-        found.append([owner_criterion(organization_id), ("phone", body.patient_phone)])
-    return found
-
-
-async def match_patient(fhir: CallerFhir, body: BookingRequest, organization_id: str
-                        ) -> JSON | None:
-    for criteria in _patient_criteria(body, organization_id):
-        ids = await fhir.match_ids("Patient", criteria, limit=1)
-        if ids:
-            return await fhir.read_json("Patient", ids[0])
-    return None
-
-
-async def book(services: Services, body: BookingRequest) -> JSON:
-    """The public booking (see the module docstring); the stored Appointment."""
-    start, end = aware_utc(body.start_time), aware_utc(body.end_time)
-    if start <= now_utc():
-        raise ApiError(422, "VALIDATION_ERROR", "start_time: must be in the future",
-                       field="start_time")
-    actor = await find_resource(services, body.resource_id)
-    if actor is None or not is_active(actor):
-        raise not_found("Resource")
-    organization_id = organization_of(actor)
-    if organization_id is None:
-        raise conflict("RESOURCE_UNAVAILABLE", "This resource belongs to no organization")
-    fhir = system_fhir(services)
-    for _attempt in range(ATTEMPTS):
-        slots = await booking.free_time(fhir, actor, start, end)
-        patient = await match_patient(fhir, body, organization_id)
-        try:
-            async with fhir.unit() as unit:
-                if patient is None:
-                    patient = await _stage_new_patient(fhir, unit, body, organization_id)
-                await booking.take(unit, slots)
-                appointment = new_appointment(actor, patient, "booked", start=start, end=end,
-                                              slots=slots, reason=body.reason)
-                staged = await unit.create(appointment)
-                stored = {**appointment, "id": staged.id}
-                unit.emit(BOOKED, event_payload(stored, channel="public"),
-                          source_service=SOURCE)
-                await unit.commit()
-        except RACE_ERRORS:
-            continue
-        assert staged.result is not None
-        return orjson.loads(staged.result.body)  # type: ignore[no-any-return]
-    raise booking.unavailable()
-
-
-async def _stage_new_patient(fhir: CallerFhir, unit: FhirUnit, body: BookingRequest,
-                             organization_id: str) -> JSON:
-    """Stage the Patient, on condition that no other writer registers a patient with the
-    same e-mail (or phone) in the organization first (ConditionChanged then: the booking
-    is worked out again and matches that patient)."""
-    criteria = _patient_criteria(body, organization_id)[0]
-    plan = await fhir.condition("Patient", criteria)
-    patient = new_patient(body, organization_id)
-    staged = await unit.create(patient, condition=Condition(plan, ()))
-    return {**patient, "id": staged.id}
-
-
 # -- routes ---------------------------------------------------------------------------------
 router = APIRouter(tags=["scheduling"])
-
-
-@router.post("/api/appointments", status_code=201, response_model=Envelope[AppointmentView],
-             summary="Book a free time of a resource (public; 409 when it is not free)")
-async def book_appointment(body: BookingRequest, request: Request) -> Any:
-    return created(appointment_from_fhir(await book(request_services(request), body)))
 
 
 @router.get("/api/appointments/availability", response_model=Envelope[AvailabilityView],
@@ -552,7 +501,10 @@ async def availability(resource_id: Annotated[str, Query(min_length=1, max_lengt
     start, end = day_bounds(day, tz)
     found: list[JSON] = []
     if is_active(actor) and end > now_utc():
-        found = await booking.resource_slots(system_fhir(ctx.services), actor, [
+        # Slots are the organization's inventory, not in the caller's grants (a patient
+        # choosing a time reads them too): the free ones are read as the platform.
+        slots_reader = ctx.elevate("appointment.availability: read a resource's free Slots")
+        found = await booking.resource_slots(slots_reader, actor, [
             ("status", "free"), ("start", f"ge{instant(max(start, now_utc()))}"),
             ("start", f"lt{instant(end)}"), ("_sort", "start")])
     return ok(AvailabilityView(
@@ -603,38 +555,39 @@ appointments.mount(router, "/api/appointments", ops=("list", "get"))
                     summary="Move an appointment's status through the status table")
 async def change_status(ctx: ItemContext[StatusChange]) -> JSON:
     assert ctx.body is not None
-    require_change(ctx, ctx.resource, patient_may=False)
-    return await write_change(ctx.services, ctx.id, move_to(
-        ctx.body.status, reason=ctx.body.reason, services=ctx.services))
+    authorize(ctx, "appointment.change", ctx.resource)
+    fhir = ctx.elevate("appointment.change: take or free the appointment's Slots")
+    return await write_change(fhir, ctx.id, move_to(ctx.body.status, reason=ctx.body.reason))
 
 
 @appointments.route("POST", "/{resource_id}/reschedule", body=RescheduleRequest,
                     summary="Move a booked appointment to another free time (atomically)")
 async def reschedule(ctx: ItemContext[RescheduleRequest]) -> JSON:
     assert ctx.body is not None
-    require_change(ctx, ctx.resource, patient_may=True)
+    authorize(ctx, "appointment.reschedule", ctx.resource)
     start, end = aware_utc(ctx.body.start_time), aware_utc(ctx.body.end_time)
     if start <= now_utc():
         raise ApiError(422, "VALIDATION_ERROR", "start_time: must be in the future",
                        field="start_time")
     actor = None
     if ctx.body.resource_id is not None:
-        actor = await find_resource(ctx.services, ctx.body.resource_id)
+        actor = await find_resource(ctx.fhir, ctx.body.resource_id)
         if actor is None or not is_active(actor):
             raise not_found("Resource")
         if organization_of(actor) != organization_of(ctx.resource):
             raise conflict("OTHER_ORGANIZATION", "An appointment moves to a resource of "
                            "its own organization only")
-    return await write_change(ctx.services, ctx.id, reschedule_to(
-        ctx.services, start, end, actor, ctx.body.reason))
+    fhir = ctx.elevate("appointment.reschedule: take the new time's Slots, free the old")
+    return await write_change(fhir, ctx.id, reschedule_to(start, end, actor, ctx.body.reason))
 
 
 @appointments.route("POST", "/{resource_id}/cancel", body=CancelRequest,
                     summary="Cancel an appointment; its slots become free")
 async def cancel(ctx: ItemContext[CancelRequest]) -> JSON:
-    require_change(ctx, ctx.resource, patient_may=True)
+    authorize(ctx, "appointment.cancel", ctx.resource)
     reason = ctx.body.reason if ctx.body else None
-    return await write_change(ctx.services, ctx.id, move_to("cancelled", reason=reason))
+    fhir = ctx.elevate("appointment.cancel: free the appointment's Slots")
+    return await write_change(fhir, ctx.id, move_to("cancelled", reason=reason))
 
 
 # -- confirmations by e-mail ---------------------------------------------------------------------
@@ -642,20 +595,21 @@ SUBJECTS = {BOOKED: "Your appointment is booked", CANCELLED: "Your appointment i
             RESCHEDULED: "Your appointment has moved"}
 
 
-async def send_notice(services: Services, event: JSON) -> None:
-    """E-mail the patient about a booked, moved or cancelled appointment: once per event
-    (a redelivered event finds its notice recorded); a refused send fails the handler, so
-    the event becomes a dead letter to retry."""
+async def send_notice(services: Services, fhir: CallerFhir, event: JSON) -> None:
+    """E-mail the patient (or the contact an unconfirmed booking gave) about a booked,
+    moved or cancelled appointment: once per event (a redelivered event finds its notice
+    recorded); a refused send fails the handler, so the event becomes a dead letter to
+    retry. ``fhir``: the rights the handler was elevated to."""
     mailer = services.auth.mailer
     if not mailer.enabled:
         mailer.report_disabled(SUBJECTS[event["topic"]])
         return
-    fhir = system_fhir(services)
     payload = event["payload"]
     appointment = await fhir.find_json("Appointment", payload["appointment_id"])
-    patient = await fhir.find_json("Patient", payload.get("patient_id") or "")
-    address = next((t.get("value") for t in (patient or {}).get("telecom") or []
-                    if t.get("system") == "email"), None)
+    patient_id = local_id(patient_of(appointment or {}), "Patient")
+    patient = contact_of(appointment or {}) or (
+        await fhir.find_json("Patient", patient_id) if patient_id else None)
+    address = telecom_value(patient or {}, "email")
     if appointment is None or not address:
         return
     try:
@@ -666,7 +620,7 @@ async def send_notice(services: Services, event: JSON) -> None:
             await uow.commit()
     except DuplicateDocument:
         return
-    body = await _notice_text(services, event["topic"], appointment, patient or {})
+    body = await _notice_text(services, fhir, event["topic"], appointment, patient or {})
     if not await mailer.send(address, SUBJECTS[event["topic"]], body):
         async with services.store.unit_of_work() as uow:
             uow.delete_document(NOTICES, event["id"])
@@ -674,9 +628,9 @@ async def send_notice(services: Services, event: JSON) -> None:
         raise RuntimeError(f"the {event['topic']} notice could not be sent")
 
 
-async def _notice_text(services: Services, topic: str, appointment: JSON, patient: JSON
-                       ) -> str:
-    actor = await find_resource(services, local_id(actor_of(appointment)) or "")
+async def _notice_text(services: Services, fhir: CallerFhir, topic: str, appointment: JSON,
+                       patient: JSON) -> str:
+    actor = await find_resource(fhir, local_id(actor_of(appointment)) or "")
     tz = zone(time_zone_of(actor) if actor else "UTC")
     when = parse_instant(appointment["start"]).astimezone(tz) if appointment.get(
         "start") else None
@@ -693,11 +647,17 @@ async def _notice_text(services: Services, topic: str, appointment: JSON, patien
 
 
 def subscribe_notices(services: Services) -> None:
+    # The handler works for the platform (no caller): it reads each appointment and whom
+    # to write to with rights elevated once, here.
+    fhir = services.policy.elevate("appointment notices: read the appointment, its "
+                                   "resource and the patient's e-mail address")
+
     async def notice(event: JSON) -> None:
-        await send_notice(services, event)
+        await send_notice(services, fhir, event)
     for topic in SUBJECTS:
         services.bus.subscribe(topic, notice)
 
 
-__all__ = ["BOOKED", "CANCELLED", "RESCHEDULED", "STATUS_CHANGED", "STATUS_TABLE",
-           "appointment_from_fhir", "appointments", "book", "router", "subscribe_notices"]
+__all__ = ["BOOKED", "CANCELLED", "CONTACT", "RESCHEDULED", "STATUS_CHANGED", "STATUS_TABLE",
+           "BookingRequest", "appointment_from_fhir", "appointments", "authorize",
+           "contact_of", "new_appointment", "router", "subscribe_notices"]

@@ -1,11 +1,11 @@
-"""What the Scheduling area's modules share: code systems, time, references, and who may
-write.
+"""What the Scheduling area's modules share: code systems, time and references.
 
 **Who writes the slot inventory.** Reads go through the caller's
 :class:`~fhir_server.caller.CallerFhir` (every list is one search carrying the caller's
-grants). Writes that touch Slots run in a unit of work of the platform itself
-(:data:`~fhir_server.access.SYSTEM`), after the caller was checked against the resource
-the request is about (:func:`require_may`, the same policy and grants): Slots are the
+grants). Who may do each workflow step (book, move, cancel, approve, write a schedule) is
+a rule of the access policy (:mod:`platform_api.policy.actions.commerce`), asked with
+``ctx.authorize``. Writes that touch Slots then run with the platform's rights, through
+the policy's one named elevation (``ctx.elevate``, naming why): Slots are the
 organization's shared inventory, taken by a public booking (no caller at all), freed by a
 patient cancelling their own appointment (a patient may not write Slots) and rewritten
 when a schedule changes (a doctor may change their schedule but not delete Slots). What
@@ -21,13 +21,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator
 
-from fhir_server.access import SYSTEM, permits
-from fhir_server.caller import CallerFhir
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.store import ConditionChanged, ResourceExists, VersionConflict
-from platform_api.envelope import ApiError, forbidden
-from platform_api.facade import ApiContext
-from platform_api.services import Services
+from platform_api.envelope import ApiError
 
 JSON = dict[str, Any]
 
@@ -35,6 +31,9 @@ JSON = dict[str, Any]
 RESOURCE_TAG = "urn:healthplatform:scheduling-resource"
 # meta.tag of an Appointment that began as a patient's request.
 REQUEST_TAG = "urn:healthplatform:scheduling|appointment-request"
+# meta.tag of an Appointment booked without signing in: its patient is the contact given
+# (a contained Patient) until the organization's staff confirm who it is.
+UNCONFIRMED_TAG = "urn:healthplatform:scheduling|unconfirmed-patient"
 # meta.tag of a booked Slot a schedule change left outside the working hours.
 CONFLICT_TAG = "urn:healthplatform:scheduling|outside-working-hours"
 EXTENSION = "urn:healthplatform:extension:"
@@ -44,18 +43,6 @@ SOURCE = "scheduling"
 # A write that lost a race (a Slot taken or freed meanwhile) is worked out again this often.
 ATTEMPTS = 4
 RACE_ERRORS = (VersionConflict, ConditionChanged, ResourceExists)
-
-
-def system_fhir(services: Services) -> CallerFhir:
-    """The FHIR service as the platform itself (see the module docstring)."""
-    return CallerFhir(services.fhir, SYSTEM)
-
-
-def require_may(ctx: ApiContext, action: str, resource: JSON, message: str) -> None:
-    """403 unless the caller's grants admit ``action`` on ``resource`` as it is (or will
-    be) stored."""
-    if not permits(ctx.access, action, resource, ctx.fhir.patients_of):
-        raise forbidden(message)
 
 
 def owned_by(resource: JSON, organization_id: str | None) -> JSON:
@@ -180,6 +167,7 @@ __all__ = [
     "RESOURCE_TAG",
     "SOURCE",
     "TIME_ZONE_EXTENSION",
+    "UNCONFIRMED_TAG",
     "USER_SYSTEM",
     "aware_utc",
     "day_bounds",
@@ -193,8 +181,6 @@ __all__ = [
     "owner_criterion",
     "parse_instant",
     "reference",
-    "require_may",
-    "system_fhir",
     "tag_codes",
     "valid_zone",
     "version_of",

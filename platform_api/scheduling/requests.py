@@ -23,10 +23,12 @@ rejecting cancels the Appointment with the reason and emits
 ``platform.scheduling.appointment_request_rejected``. A request emits
 ``platform.scheduling.appointment_requested``.
 
-Who: a patient asks for themselves (their own Patient record; the request is written by
-the platform for them and owned by the resource's organization); staff who create
-scheduling resources in the organization may ask for any of its patients they can see.
-Approving and rejecting is for staff who update the organization's scheduling resources.
+Who (the policy's ``appointment.request``, ``appointment-request.approve``,
+``appointment-request.reject``): a patient asks for themselves (their own Patient
+record; the request is written by the platform for them, through a named elevation, and
+owned by the resource's organization); staff who create scheduling resources in the
+organization may ask for any of its patients they can see. Approving and rejecting is
+for staff who update the organization's scheduling resources.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, model_validator
 
-from fhir_server.access import CREATE, UPDATE
 from fhir_server.caller import CallerFhir, FhirUnit
 from fhir_server.clock import now_instant
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found
@@ -49,6 +50,7 @@ from platform_api.scheduling.appointments import (
     AppointmentView,
     actor_for,
     appointment_from_fhir,
+    authorize,
     event_payload,
     move_to,
     new_appointment,
@@ -61,9 +63,8 @@ from platform_api.scheduling.common import (
     aware_utc,
     instant,
     now_utc,
+    organization_of,
     reference,
-    require_may,
-    system_fhir,
     with_tag,
 )
 from platform_api.scheduling.resources import is_active, load_resource
@@ -198,7 +199,10 @@ async def create_request(body: RequestCreate, ctx: ApiContext = Depends(api_cont
     if not is_active(actor):
         raise not_found("Resource")
     patient = await _patient_for(ctx, body)
-    fhir = system_fhir(ctx.services)
+    ctx.authorize("appointment.request", organization_of(actor), patient_id=patient["id"])
+    # A patient may neither read Slots nor write Appointments: the request is the
+    # platform's to write for them.
+    fhir = ctx.elevate("appointment.request: read the free Slots and store the request")
     slots: list[JSON] = []
     start = aware_utc(body.start_time) if body.start_time else None
     end = aware_utc(body.end_time) if body.end_time else None
@@ -213,9 +217,6 @@ async def create_request(body: RequestCreate, ctx: ApiContext = Depends(api_cont
     if body.preferred_start and body.preferred_end:
         appointment["requestedPeriod"] = [{"start": instant(aware_utc(body.preferred_start)),
                                            "end": instant(aware_utc(body.preferred_end))}]
-    if patient["id"] != ctx.access.subject.patient_id:
-        require_may(ctx, CREATE, appointment, "You may not ask for appointments for this "
-                    "patient with this organization")
     async with fhir.unit() as unit:
         staged = await unit.create(appointment)
         unit.emit(REQUESTED, event_payload({**appointment, "id": staged.id}),
@@ -233,8 +234,7 @@ requests.mount(router, "/api/appointment-requests", ops=("list",))
 @requests.route("POST", "/{resource_id}/approve", body=ApproveRequest,
                 summary="Approve a request: its time is booked (409 when no longer free)")
 async def approve(ctx: ItemContext[ApproveRequest]) -> JSON:
-    require_may(ctx, UPDATE, ctx.resource, "Only the organization's staff may approve "
-                "appointment requests")
+    authorize(ctx, "appointment-request.approve", ctx.resource)
     body = ctx.body or ApproveRequest()
     if (body.start_time is None) != (body.end_time is None):
         raise ApiError(422, "VALIDATION_ERROR", "end_time: give both start_time and "
@@ -244,28 +244,28 @@ async def approve(ctx: ItemContext[ApproveRequest]) -> JSON:
     if start is not None and start <= now_utc():
         raise ApiError(422, "VALIDATION_ERROR", "start_time: must be in the future",
                        field="start_time")
-    actor = await actor_for(ctx.services, ctx.resource)
-    book = move_to("booked", start=start, end=end, services=ctx.services, actor=actor)
+    actor = await actor_for(ctx.fhir, ctx.resource)
+    book = move_to("booked", start=start, end=end, actor=actor)
 
     async def change(fhir: CallerFhir, unit: FhirUnit, latest: JSON
                      ) -> tuple[JSON, str | None, JSON]:
         changed, _topic, extra = await book(fhir, unit, latest)
         await unit.create(response_resource(changed, actor, "accepted"))
         return changed, BOOKED, {**extra, "channel": "request", "approved_at": now_instant()}
-    return await write_change(ctx.services, ctx.id, change)
+    fhir = ctx.elevate("appointment-request.approve: take the Slots, book the request")
+    return await write_change(fhir, ctx.id, change)
 
 
 @requests.route("POST", "/{resource_id}/reject", body=RejectRequest,
                 summary="Reject a request with a reason")
 async def reject(ctx: ItemContext[RejectRequest]) -> JSON:
-    require_may(ctx, UPDATE, ctx.resource, "Only the organization's staff may reject "
-                "appointment requests")
+    authorize(ctx, "appointment-request.reject", ctx.resource)
     assert ctx.body is not None
     reason = ctx.body.reason
     if ctx.resource["status"] not in REQUEST_STATES["pending"].split(","):
         raise conflict("INVALID_TRANSITION", f"This request is already "
                        f"{request_status(ctx.resource['status'])}")
-    actor = await actor_for(ctx.services, ctx.resource)
+    actor = await actor_for(ctx.fhir, ctx.resource)
     cancel = move_to("cancelled", reason=reason)
 
     async def change(fhir: CallerFhir, unit: FhirUnit, latest: JSON
@@ -276,4 +276,5 @@ async def reject(ctx: ItemContext[RejectRequest]) -> JSON:
             reference(actor) else p for p in changed.get("participant") or []]
         await unit.create(response_resource(changed, actor, "declined", comment=reason))
         return changed, REJECTED, extra
-    return await write_change(ctx.services, ctx.id, change)
+    fhir = ctx.elevate("appointment-request.reject: free the Slots, decline the request")
+    return await write_change(fhir, ctx.id, change)

@@ -28,7 +28,8 @@ appointments is not deleted (409 ``RESOURCE_HAS_APPOINTMENTS``).
 
 Who: the directory is readable by every signed-in user (patients choose a doctor from
 it); creating, changing and retiring resources is for those who write the organization's
-directory (``ORG:ADMIN``, platform administrators).
+directory (``ORG:ADMIN``, platform administrators: the policy's
+``scheduling-resource.retire``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.access import DELETE
+from fhir_server.caller import CallerFhir
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found
 from platform_api.facade import ApiContext, Facade, ItemContext, SearchParam, api_context
 from platform_api.scheduling import slots
@@ -56,8 +57,6 @@ from platform_api.scheduling.common import (
     organization_of,
     owned_by,
     reference,
-    require_may,
-    system_fhir,
     tag_codes,
     version_of,
     with_tag,
@@ -299,9 +298,9 @@ async def load_resource(ctx: ApiContext, resource_id: str) -> JSON:
     return await resources.load(ctx, resource_id)
 
 
-async def find_resource(services: Any, resource_id: str) -> JSON | None:
-    """A schedulable resource as the platform sees it (public booking: no caller)."""
-    fhir = system_fhir(services)
+async def find_resource(fhir: CallerFhir, resource_id: str) -> JSON | None:
+    """A schedulable resource as ``fhir``'s caller sees it (the directory: every signed-in
+    user; a public booking reads it with the rights it was elevated to)."""
     for fhir_type in FHIR_KINDS:
         found = await fhir.find_json(fhir_type, resource_id)
         if found is not None and tag_codes(found, RESOURCE_TAG):
@@ -346,10 +345,10 @@ resources.mount(router, "/api/resources", ops=("list", "get", "update"))
                  "upcoming)")
 async def delete_resource(ctx: ItemContext[Any]) -> JSON:
     actor = ctx.resource
-    require_may(ctx, DELETE, actor, "Only the organization's administrators may retire "
-                "its resources")
-    fhir = system_fhir(ctx.services)
-    upcoming = await fhir.match_ids("Appointment", [
+    ctx.authorize("scheduling-resource.retire", organization_of(actor))
+    # The organization's administrators write its directory and its scheduling resources
+    # (the role table): the retirement is theirs to write, with their own rights.
+    upcoming = await ctx.fhir.match_ids("Appointment", [
         ("actor", reference(actor)), ("date", f"ge{instant(now_utc())}"),
         ("status", UPCOMING)], limit=1)
     if upcoming:
@@ -357,4 +356,4 @@ async def delete_resource(ctx: ItemContext[Any]) -> JSON:
                        "appointments; cancel or reschedule them first")
     retired = with_tag(_copy(actor), f"{RESOURCE_TAG}|{kind_of(actor)}", present=False)
     _apply_active(retired, False)
-    return await slots.retire_actor(ctx.services, actor, retired, version_of(actor))
+    return await slots.retire_actor(ctx.fhir, actor, retired, version_of(actor))

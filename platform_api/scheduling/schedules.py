@@ -26,8 +26,10 @@ Slots; one with booked future Slots is refused (409 ``SCHEDULE_HAS_BOOKINGS``).
 
 Who: the Schedule's organization's members whose role writes scheduling resources
 (``ORG:ADMIN``, ``ORG:DOCTOR``, ``ORG:NURSE``, ``ORG:RECEPTIONIST``; deleting:
-``ORG:ADMIN``, ``ORG:RECEPTIONIST``) and platform administrators; reading likewise for
-the roles that read them.
+``ORG:ADMIN``, ``ORG:RECEPTIONIST``) and platform administrators (the policy's
+``schedule.write``, ``schedule.change``, ``schedule.delete``); reading likewise for the
+roles that read them. Writing the Slots of a schedule is the platform's (an elevation
+named ``schedule.write``): a doctor may change their schedule but not delete Slots.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from fhir_server.access import CREATE, DELETE, UPDATE
+from fhir_server.access import CREATE, UPDATE
 from fhir_server.caller import FhirUnit
 from fhir_server.ids import new_id
 from platform_api.envelope import ApiError, Envelope, conflict, created, ok
@@ -55,8 +57,6 @@ from platform_api.scheduling.common import (
     organization_of,
     owned_by,
     reference,
-    require_may,
-    system_fhir,
     version_of,
     zone,
 )
@@ -260,7 +260,7 @@ async def schedule_views(ctx: ApiContext, schedules: list[JSON]) -> list[JSON]:
     appointments holding them."""
     if not schedules:
         return []
-    fhir = system_fhir(ctx.services)
+    fhir = ctx.fhir  # whoever reads the schedules reads their Slots and appointments
     tagged = await fhir.search("Slot", [
         ("schedule", ",".join(f"Schedule/{s['id']}" for s in schedules)),
         ("_tag", CONFLICT_TAG), ("start", f"ge{instant(now_utc())}"), ("_sort", "start")])
@@ -309,28 +309,27 @@ async def _write(ctx: ApiContext, resource: JSON, payload: JSON, schedule_id: st
                  action: str) -> tuple[JSON, slots.Reconciled]:
     """Create or update the Schedule and its Slots in one unit (see ``slots.reconcile``);
     on update the payload applies to the latest version, checked for the caller."""
-    fhir = system_fhir(ctx.services)
+    ctx.authorize("schedule.write", organization_of(resource))
+    fhir = ctx.elevate("schedule.write: generate and delete the schedule's Slots")
 
     async def stage(unit: FhirUnit) -> JSON:
         current = None if action == CREATE else await fhir.read_json("Schedule", schedule_id)
-        if current is not None:
-            require_may(ctx, UPDATE, current, "You may not change this schedule")
+        if current is not None:  # as stored now (this runs again when a race was lost)
+            ctx.authorize("schedule.change", organization_of(current))
         schedule = {**schedule_to_fhir(payload, resource, current), "id": schedule_id}
-        require_may(ctx, action, schedule, "You may not write schedules for this "
-                    "resource's organization")
         if current is None:
             await unit.create(schedule, resource_id=schedule_id)
         else:
             await unit.update(schedule, if_match=version_of(current))
         return schedule
 
-    _staged, result = await slots.reconcile(ctx.services, {"id": schedule_id},
+    _staged, result = await slots.reconcile(ctx.services, fhir, {"id": schedule_id},
                                             prelude=stage)
     return await fhir.read_json("Schedule", schedule_id), result
 
 
 async def _answer(ctx: ApiContext, schedule: JSON, result: slots.Reconciled) -> JSON:
-    holders = await slots.appointments_in(system_fhir(ctx.services), result.conflicts)
+    holders = await slots.appointments_in(ctx.fhir, result.conflicts)
     view = schedule_from_fhir(schedule, [
         {"slot_id": s["id"], "start": s["start"], "end": s["end"],
          "appointment_id": holders.get(s["id"])} for s in result.conflicts])
@@ -376,9 +375,9 @@ async def update_schedule(schedule_id: str, body: ScheduleUpdate,
                        "are booked)")
 async def delete_schedule(schedule_id: str, ctx: ApiContext = Depends(api_context)) -> Any:
     current = await schedules.load(ctx, schedule_id)
-    require_may(ctx, DELETE, current, "You may not delete this schedule")
-    try:
-        await slots.delete_schedule(ctx.services, current)
+    ctx.authorize("schedule.delete", organization_of(current))
+    try:  # those who may delete schedules delete Slots too (the role table): own rights
+        await slots.delete_schedule(ctx.fhir, current)
     except slots.SlotsStillBooked as exc:
         raise conflict("SCHEDULE_HAS_BOOKINGS", f"{len(exc.slots)} future slots of this "
                        "schedule are booked; cancel or reschedule their appointments "

@@ -57,7 +57,6 @@ from platform_api.scheduling.common import (
     owned_by,
     parse_instant,
     reference,
-    system_fhir,
     version_of,
     with_tag,
     zone,
@@ -262,13 +261,15 @@ async def schedule_slots(fhir: CallerFhir, schedule_id: str, since: datetime) ->
 Prelude = Callable[[FhirUnit], Awaitable[JSON]]
 
 
-async def reconcile(services: Services, schedule: JSON, *, prelude: Prelude | None = None,
-                    horizon_end: datetime | None = None) -> tuple[JSON, Reconciled]:
+async def reconcile(services: Services, fhir: CallerFhir, schedule: JSON, *,
+                    prelude: Prelude | None = None, horizon_end: datetime | None = None
+                    ) -> tuple[JSON, Reconciled]:
     """Make the schedule's Slots from now on match its rules (see the module docstring),
-    in one unit of work with what ``prelude`` stages (the schedule's own create or update;
-    it returns the schedule as it will be stored, and runs again, on fresh data, when
-    the unit lost a race). An inactive schedule wants no free Slot."""
-    fhir = system_fhir(services)
+    in one unit of work of ``fhir`` (the platform's rights, elevated by the caller: a
+    doctor changes their schedule but may not delete Slots) with what ``prelude`` stages
+    (the schedule's own create or update; it returns the schedule as it will be stored,
+    and runs again, on fresh data, when the unit lost a race). An inactive schedule wants
+    no free Slot."""
     for _attempt in range(ATTEMPTS):
         start = now_utc()
         try:
@@ -366,11 +367,10 @@ async def _conflict_payload(fhir: CallerFhir, schedule: JSON, slots: Sequence[JS
                            "appointment_id": holders.get(s["id"])} for s in slots]}
 
 
-async def retire_actor(services: Services, actor: JSON, retired: JSON,
+async def retire_actor(fhir: CallerFhir, actor: JSON, retired: JSON,
                        version: int | None) -> JSON:
     """Store the retired actor, delete its Schedules and their future free Slots, in one
     unit (a Slot booked meanwhile fails it: the caller's check runs again)."""
-    fhir = system_fhir(services)
     for _attempt in range(ATTEMPTS):
         schedules = await fhir.search("Schedule", [("actor", reference(actor))])
         try:
@@ -402,10 +402,9 @@ async def _drop_schedule(fhir: CallerFhir, unit: FhirUnit, schedule: JSON) -> No
     await unit.delete("Schedule", schedule["id"], if_match=version_of(schedule))
 
 
-async def delete_schedule(services: Services, schedule: JSON) -> None:
+async def delete_schedule(fhir: CallerFhir, schedule: JSON) -> None:
     """Delete a Schedule and its future free Slots (SlotsStillBooked when some are
     booked)."""
-    fhir = system_fhir(services)
     for _attempt in range(ATTEMPTS):
         try:
             async with fhir.unit() as unit:
@@ -424,10 +423,13 @@ async def delete_schedule(services: Services, schedule: JSON) -> None:
 # -- the rolling horizon ------------------------------------------------------------------------
 class SlotKeeper:
     """Moves every active schedule's horizon on, every ``interval`` seconds (and once at
-    start): the day that came into the horizon gets its Slots."""
+    start): the day that came into the horizon gets its Slots. It works for the platform
+    itself (no caller): its rights are elevated once, when it is built."""
 
     def __init__(self, services: Services, interval: float):
         self.services, self.interval = services, interval
+        self.fhir = services.policy.elevate(
+            "slot upkeep: generate the Slots of every active schedule's horizon")
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -451,12 +453,11 @@ class SlotKeeper:
 
     async def run_once(self) -> int:
         """One pass; how many Slots were created."""
-        fhir = system_fhir(self.services)
         made = 0
-        schedules = await fhir.search("Schedule", [("active", "true")])
+        schedules = await self.fhir.search("Schedule", [("active", "true")])
         for schedule in schedules:
             if rules_of(schedule) is not None:
-                made += (await reconcile(self.services, schedule))[1].created
+                made += (await reconcile(self.services, self.fhir, schedule))[1].created
         return made
 
 

@@ -29,8 +29,15 @@ keeps current: the events issue publishes its events on the bus as
 finishes the Encounter and fulfils the appointment. Events
 ``platform.scheduling.telemedicine_started`` and ``..._ended``.
 
-Who: the appointment's organization's staff who update its scheduling resources, and
-the appointment's patient (initiate, status, participants); ending is for staff.
+Who (the policy's ``appointment.join-video``; ending: ``appointment.change``): the
+appointment's organization's staff who update its scheduling resources, and the
+appointment's patient (initiate, status, participants); ending is for staff. A booking
+whose patient is not confirmed yet (made without signing in) has no video visit (409
+``PATIENT_NOT_CONFIRMED``): the visit's Encounter names its Patient. The Encounter a
+patient's ``initiate`` creates and the one ``end`` finishes are written through named
+elevations (a patient may not write Encounters, nor the staff a patient's own record);
+the video platform's events are applied with rights elevated once, when their handler is
+subscribed.
 """
 
 from __future__ import annotations
@@ -43,17 +50,16 @@ import orjson
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from fhir_server.access import UPDATE, permits
 from fhir_server.caller import CallerFhir
 from fhir_server.store import DuplicateDocument
-from platform_api.envelope import conflict, forbidden, not_found
+from platform_api.envelope import conflict, not_found
 from platform_api.facade import Facade, ItemContext
 from platform_api.scheduling.appointments import (
     STATUS_TABLE,
     actor_of,
-    own_appointment,
+    authorize,
+    contact_of,
     patient_of,
-    require_change,
 )
 from platform_api.scheduling.common import (
     ATTEMPTS,
@@ -67,7 +73,6 @@ from platform_api.scheduling.common import (
     organization_of,
     owned_by,
     parse_instant,
-    system_fhir,
     version_of,
 )
 from platform_api.scheduling.video import video_platform
@@ -240,14 +245,14 @@ def _moment(value: Any) -> str:
     return instant(now_utc())
 
 
-async def on_video_event(services: Services, event: JSON) -> None:
+async def on_video_event(fhir: CallerFhir, event: JSON) -> None:
     """Apply a ``platform.video.*`` event to its session's Encounter, once per event id;
-    events of rooms that are not video visits are none of ours."""
+    events of rooms that are not video visits are none of ours. ``fhir``: the rights the
+    handler was elevated to."""
     payload = event.get("payload") or {}
     room = payload.get("room_name")
     if not room:
         return
-    fhir = system_fhir(services)
     event_id = str(payload.get("id") or event["id"])
     for _attempt in range(ATTEMPTS):
         found = await fhir.search("Encounter", [("identifier", f"{ROOM_SYSTEM}|{room}")])
@@ -274,14 +279,20 @@ async def on_video_event(services: Services, event: JSON) -> None:
 
 
 def subscribe_video_events(services: Services) -> None:
+    # The video platform's events come from no caller: they are applied with rights
+    # elevated once, here.
+    fhir = services.policy.elevate("video events: record joins, departures and the end of "
+                                   "a visit in its Encounter")
+
     async def handler(event: JSON) -> None:
-        await on_video_event(services, event)
+        await on_video_event(fhir, event)
     services.bus.subscribe("platform.video.>", handler)
 
 
 # -- routes -------------------------------------------------------------------------------------
 def _is_staff(ctx: ItemContext[Any]) -> bool:
-    return permits(ctx.access, UPDATE, ctx.resource, ctx.fhir.patients_of)
+    """Whether the caller works the appointment (its doctor's token is theirs to get)."""
+    return ctx.may("appointment.change", organization_of(ctx.resource))
 
 
 async def open_session(fhir: CallerFhir, appointment_id: str) -> JSON | None:
@@ -292,9 +303,9 @@ async def open_session(fhir: CallerFhir, appointment_id: str) -> JSON | None:
 
 
 async def _session(ctx: ItemContext[Any]) -> JSON:
-    """The session of the path, when it is the appointment's (404 otherwise)."""
-    encounter = await system_fhir(ctx.services).find_json("Encounter",
-                                                          ctx.path["session_id"])
+    """The session of the path, when it is the appointment's (404 otherwise); read as
+    the caller (staff and the patient read the visit's Encounter)."""
+    encounter = await ctx.fhir.find_json("Encounter", ctx.path["session_id"])
     if encounter is None or local_id((encounter.get("appointment") or [{}])[0],
                                      "Appointment") != ctx.id or not room_of(encounter):
         raise not_found("Telemedicine session")
@@ -302,9 +313,7 @@ async def _session(ctx: ItemContext[Any]) -> JSON:
 
 
 def _may_join(ctx: ItemContext[Any]) -> None:
-    if not (_is_staff(ctx) or own_appointment(ctx, ctx.resource)):
-        raise forbidden("Only the appointment's patient and its organization's staff may "
-                        "join this video visit")
+    authorize(ctx, "appointment.join-video", ctx.resource)
 
 
 telemedicine = Facade(
@@ -326,8 +335,11 @@ async def initiate(ctx: ItemContext[Any]) -> JSON:
         raise conflict("APPOINTMENT_NOT_BOOKED", f"A video visit needs a booked "
                        f"appointment (this one is {appointment['status']!r})")
     platform = video_platform(ctx.services)
-    platform.require()
-    fhir = system_fhir(ctx.services)
+    platform.require_configured()
+    if contact_of(appointment) is not None:
+        raise conflict("PATIENT_NOT_CONFIRMED", "Confirm whom this booking is for (POST "
+                       "/api/appointments/{id}/confirm-patient) before its video visit")
+    fhir = ctx.elevate("appointment.join-video: find or create the visit's Encounter")
     encounter = await open_session(fhir, ctx.id)
     if encounter is None:
         encounter = await _new_session(ctx, fhir, appointment)
@@ -403,12 +415,15 @@ async def participants(ctx: ItemContext[Any]) -> JSON:
                     summary="End the video visit: the room closes, the appointment is "
                             "fulfilled")
 async def end(ctx: ItemContext[Any]) -> JSON:
-    require_change(ctx, ctx.resource, patient_may=False)
+    authorize(ctx, "appointment.change", ctx.resource)
     encounter = await _session(ctx)
     if encounter["status"] == "finished":
         return session_view(encounter)
     await video_platform(ctx.services).delete_room(room_of(encounter))
-    fhir = system_fhir(ctx.services)
+    # The visit's Encounter is in the patient's record, which the staff need not be able
+    # to write (a patient with their own record, seen without a consent).
+    fhir = ctx.elevate("appointment.change: finish the visit's Encounter, fulfil the "
+                       "appointment")
     for _attempt in range(ATTEMPTS):
         current = await fhir.read_json("Encounter", encounter["id"])
         appointment = await fhir.read_json("Appointment", ctx.id)

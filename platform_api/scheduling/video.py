@@ -59,14 +59,14 @@ class VideoPlatform:
     def enabled(self) -> bool:
         return bool(self.url and self.api_key and self.api_secret)
 
-    def require(self) -> None:
+    def require_configured(self) -> None:
         if not self.enabled:
             raise ApiError(503, "VIDEO_NOT_CONFIGURED", "Video visits are not configured "
                            "(HEALTHPLATFORM_VIDEO_URL, _VIDEO_API_KEY, _VIDEO_API_SECRET)")
 
     @asynccontextmanager
     async def _rooms(self) -> AsyncIterator[RoomService]:
-        self.require()
+        self.require_configured()
         timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             try:

@@ -110,10 +110,13 @@ async def served(settings: Settings) -> AsyncIterator[tuple[Any, httpx.AsyncClie
 
 
 async def booked_clinic(client: httpx.AsyncClient) -> tuple[JSON, JSON, JSON]:
-    """A clinic's administrator, its doctor with a schedule, and a booking tomorrow."""
+    """A clinic's administrator, its doctor with a schedule, and a booking tomorrow made
+    without signing in, whose contact the administrator registered as a patient."""
     admin = await make_clinic_admin(client)
     doctor = await make_resource(client, admin["headers"], admin["org_id"])
     await make_schedule(client, admin["headers"], doctor["id"])
     made = data(await client.post("/api/appointments", json=booking(doctor["id"],
                                                                     tomorrow())), 201)
-    return admin, doctor, made
+    confirmed = data(await client.post(f"/api/appointments/{made['id']}/confirm-patient",
+                                       headers=admin["headers"], json={}))
+    return admin, doctor, confirmed
