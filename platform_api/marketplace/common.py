@@ -1,6 +1,7 @@
-"""What the marketplace modules share: code systems, tags, money, extensions, facilities
-and the role checks that the resource policy cannot express by itself (who may approve
-spending, who acts for the seller)."""
+"""What the marketplace modules share: code systems, tags, money, extensions and
+facilities. Who may approve spending or act for the seller is the access policy's
+(:mod:`platform_api.policy.actions.commerce`: ``supplier.register``,
+``supply-order.*``, ``purchase-order.*``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fhir_server.access import SYSTEM
-from fhir_server.caller import CallerFhir
 from fhir_server.ownership import owner_labels
-from platform_api.envelope import ApiError, forbidden, not_found
+from platform_api.envelope import ApiError, not_found
 from platform_api.facade import ApiContext
-from platform_api.policy.roles import ORG_ADMIN
 
 JSON = dict[str, Any]
 BASE = "urn:healthplatform:marketplace"
@@ -122,13 +120,6 @@ def local_id(reference: JSON | None, resource_type: str | None = None) -> str | 
     return rest.split("/", 1)[0]
 
 
-def platform(ctx: ApiContext) -> CallerFhir:
-    """The FHIR service as the platform itself: what the marketplace reads or writes
-    beyond one caller's organization (another facility's stock a checkout reserves, the
-    facilities emergency routing compares), always after the caller's own checks."""
-    return CallerFhir(ctx.services.fhir, SYSTEM)
-
-
 async def facility(ctx: ApiContext, facility_id: str, field: str = "facility_id") -> JSON:
     """A facility: a Location (the directory: anyone signed in may read it) managed by an
     organization; 404 unknown, 422 when it has no managing organization."""
@@ -143,23 +134,6 @@ async def facility(ctx: ApiContext, facility_id: str, field: str = "facility_id"
 
 def facility_org(location: JSON) -> str:
     return str(local_id(location.get("managingOrganization"), "Organization"))
-
-
-def require_role(ctx: ApiContext, org_id: str, *roles: str, doing: str) -> None:
-    """The caller acts for ``org_id`` with one of ``roles`` (a platform administrator
-    always may); 403 naming what was refused."""
-    subject = ctx.access.subject
-    if subject.unrestricted:
-        return
-    role = subject.role_in(org_id)
-    if role is None:
-        raise forbidden(f"You are not a member of the organization that would {doing}")
-    if roles and role not in roles:
-        raise forbidden(f"Only {' or '.join(roles)} of the organization may {doing}")
-
-
-def require_admin_of(ctx: ApiContext, org_id: str, doing: str) -> None:
-    require_role(ctx, org_id, ORG_ADMIN, doing=doing)
 
 
 def owned_by(resource: JSON) -> list[str]:

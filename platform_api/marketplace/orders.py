@@ -25,10 +25,13 @@ Mapping (/api field → SupplyRequest element):
 Status table: draft → submitted | cancelled; submitted → verified | rejected | cancelled;
 verified → approved | rejected | cancelled; approved → dispatched | cancelled; dispatched
 → delivered; delivered, cancelled, rejected are final (409 ``INVALID_TRANSITION``).
-Who moves it: the buyer's members submit, cancel and confirm delivery; the buyer's
+Who moves it (the policy's ``supply-order.<move>`` rules, :data:`MOVES`): the buyer's
+members who order supplies submit, cancel and confirm delivery; the buyer's
 ORG:PHARMACIST or ORG:ADMIN verifies; the buyer's ORG:ADMIN approves the spending; the
 seller's ORG:ADMIN or ORG:PHARMACIST dispatches; either side's ORG:ADMIN or
-ORG:PHARMACIST rejects. Stock is reserved when an order is submitted (checkout places
+ORG:PHARMACIST rejects. The order (owned by both sides) and the seller's stock record are
+then written with the platform's rights, through named elevations: neither side may
+write the other's records. Stock is reserved when an order is submitted (checkout places
 orders submitted) and released when a reserved order is cancelled or rejected; ``DELETE``
 cancels (the order is kept). Reservation takes unexpired lots first expiring first and
 is a conditional update (If-Match) of the seller's stock record in the same unit of work
@@ -48,11 +51,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.access import SYSTEM
+from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.ownership import with_owners
 from fhir_server.store import ConditionChanged, VersionConflict
-from platform_api.envelope import ApiError, Envelope, created, forbidden
+from platform_api.envelope import ApiError, Envelope, created
 from platform_api.facade import (
     ApiContext,
     Facade,
@@ -61,7 +64,7 @@ from platform_api.facade import (
     StatusTable,
     api_context,
     conflict_responses,
-    require_member,
+    require_organization,
     staged_body,
 )
 from platform_api.marketplace.catalog import load_product, unit_price
@@ -80,14 +83,12 @@ from platform_api.marketplace.common import (
     local_id,
     money_fhir,
     money_view,
-    platform,
     tag,
     with_extension,
     with_tags,
 )
 from platform_api.marketplace.inventory import find_stock, low_event
 from platform_api.marketplace.stock import Stock, stock_of, with_stock
-from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_PHARMACIST
 
 JSON = dict[str, Any]
 ORDER_STATUS = StatusTable.of(
@@ -109,8 +110,18 @@ ALLOCATION = f"{BASE}:allocation"
 STATUS_REASON = f"{BASE}:status-reason"
 PLACED_BY = f"{BASE}:placed-by"
 CART_SYSTEM = f"{BASE}:cart"
-ORDERING_ROLES = (ORG_ADMIN, ORG_DOCTOR, ORG_NURSE, ORG_PHARMACIST)
 CHECKOUT_ATTEMPTS = 40
+BUYER, SELLER = "buyer", "seller"
+# Each move: the policy's rule deciding it, and whose organizations it is decided in.
+MOVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "submitted": ("supply-order.submit", (BUYER,)),
+    "cancelled": ("supply-order.cancel", (BUYER,)),
+    "delivered": ("supply-order.confirm-delivery", (BUYER,)),
+    "verified": ("supply-order.verify", (BUYER,)),
+    "approved": ("supply-order.approve", (BUYER,)),
+    "dispatched": ("supply-order.dispatch", (SELLER,)),
+    "rejected": ("supply-order.reject", (BUYER, SELLER)),
+}
 
 
 class OrderLine(BaseModel):
@@ -252,13 +263,10 @@ class _Line:
 
 
 async def _check_buyer(ctx: ApiContext, org_id: str) -> None:
-    """The caller orders for ``org_id``: a member whose role may order supplies."""
-    role = await require_member(ctx, org_id)
-    if role is not None and role not in ORDERING_ROLES:
-        raise forbidden("Your role in this organization may not order supplies")
-    probe = with_owners({"resourceType": "SupplyRequest", "status": "draft"}, {org_id})
-    if not ctx.fhir.admitted("create", probe):
-        raise forbidden("You may not order supplies for this organization")
+    """The caller orders for ``org_id`` (404 unknown; 403 not a member, or a role that
+    does not order supplies)."""
+    await require_organization(ctx, org_id)
+    ctx.authorize("supply-order.place", org_id)
 
 
 async def _lines(ctx: ApiContext, items: list[OrderLine]) -> list[_Line]:
@@ -295,12 +303,13 @@ def _order(line: _Line, buyer: str, deliver_to: str | None, status: str, by: str
     return with_owners(order, {buyer, facility_org(line.source)})
 
 
-async def _reserve(ctx: ApiContext, wanted: list[tuple[JSON, JSON, int, str]]
+async def _reserve(ctx: ApiContext, system: CallerFhir,
+                   wanted: list[tuple[JSON, JSON, int, str]]
                    ) -> tuple[list[tuple[JSON, JSON]], list[list[tuple[str, int, str]]]]:
     """Take each wanted (facility, product, quantity, order reference) from the seller's
-    stock record, read now as the platform; the records to write (current, changed) and
-    what each line took. Lines of the same record share it."""
-    system = platform(ctx)
+    stock record, read now with ``system`` (the platform's rights the caller's permitted
+    move was elevated to: the stock is the seller's); the records to write (current,
+    changed) and what each line took. Lines of the same record share it."""
     records: dict[str, tuple[JSON, Stock, list[str]]] = {}
     taken: list[list[tuple[str, int, str]]] = []
     for index, (source, product, quantity, order_ref) in enumerate(wanted):
@@ -327,9 +336,9 @@ async def _reserve(ctx: ApiContext, wanted: list[tuple[JSON, JSON, int, str]]
 
 
 async def _stage_stock(unit: Any, changes: list[tuple[JSON, JSON]]) -> None:
-    platform_unit = unit.acting_as(SYSTEM)
+    """Stage the stock records' changes in ``unit`` (elevated: the seller's records)."""
     for current, changed in changes:
-        await platform_unit.update(changed, if_match=int(current["meta"]["versionId"]))
+        await unit.update(changed, if_match=int(current["meta"]["versionId"]))
         if stock_of(changed).low and not stock_of(current).low:
             unit.emit(TOPIC + "stock_low", low_event(changed), source_service="marketplace")
 
@@ -349,20 +358,22 @@ async def checkout(body: Checkout, ctx: ApiContext = Depends(api_context)) -> An
         await facility(ctx, body.deliver_to_facility_id, "deliver_to_facility_id")
     lines = await _lines(ctx, body.items)
     cart_id = str(uuid.uuid4())
+    system = ctx.elevate("supply-order.place: reserve the sellers' stock and store the "
+                         "orders both sides own")
     for attempt in range(CHECKOUT_ATTEMPTS):
         placed = [{**_order(line, body.organization_id, body.deliver_to_facility_id,
                             "submitted", ctx.principal.user_id, cart_id),
                    "id": str(uuid.uuid4())} for line in lines]
-        changes, taken = await _reserve(ctx, [
+        changes, taken = await _reserve(ctx, system, [
             (line.source, line.product, line.line.quantity, f"SupplyRequest/{order['id']}")
             for line, order in zip(lines, placed, strict=True)])
-        unit = ctx.fhir.unit()
+        unit = system.unit()
         try:
             async with unit:
                 await _stage_stock(unit, changes)
                 staged = []
                 for order, took in zip(placed, taken, strict=True):
-                    staged.append(await unit.acting_as(SYSTEM).create(
+                    staged.append(await unit.create(
                         with_allocations(order, took), resource_id=order["id"],
                         expected_type="SupplyRequest"))
                     unit.emit(TOPIC + "order_placed", order_view(order),
@@ -391,9 +402,10 @@ async def create_order(body: OrderCreate, ctx: ApiContext = Depends(api_context)
     product = await load_product(ctx, body.product_id)
     source = await facility(ctx, body.source_facility_id, "source_facility_id")
     line = _Line(0, body, product, source)
-    unit = ctx.fhir.unit()
+    unit = ctx.elevate_unit(ctx.fhir.unit(), "supply-order.place: store the draft order "
+                            "both sides own")
     async with unit:
-        staged = await unit.acting_as(SYSTEM).create(
+        staged = await unit.create(
             _order(line, body.organization_id, body.deliver_to_facility_id, "draft",
                    ctx.principal.user_id, None), expected_type="SupplyRequest")
         await unit.commit()
@@ -402,25 +414,12 @@ async def create_order(body: OrderCreate, ctx: ApiContext = Depends(api_context)
 
 # -- moving orders ------------------------------------------------------------------------------
 def _may_move(ctx: ApiContext, order: JSON, target: str) -> None:
-    """Who may make which move (module docstring); platform administrators may all."""
-    subject = ctx.access.subject
-    if subject.unrestricted:
-        return
-    buyer = local_id(order.get("requester"), "Organization") or ""
-    seller = local_id((order.get("supplier") or [{}])[0], "Organization") or ""
-    buyer_role, seller_role = subject.role_in(buyer), subject.role_in(seller)
-    allowed = {
-        "submitted": buyer_role in ORDERING_ROLES,
-        "cancelled": buyer_role in ORDERING_ROLES,
-        "delivered": buyer_role in ORDERING_ROLES,
-        "verified": buyer_role in (ORG_ADMIN, ORG_PHARMACIST),
-        "approved": buyer_role == ORG_ADMIN,
-        "dispatched": seller_role in (ORG_ADMIN, ORG_PHARMACIST),
-        "rejected": buyer_role in (ORG_ADMIN, ORG_PHARMACIST)
-        or seller_role in (ORG_ADMIN, ORG_PHARMACIST),
-    }
-    if not allowed.get(target, False):
-        raise forbidden(f"Your role may not move this order to {target}")
+    """403 unless the policy's rule for the move (:data:`MOVES`) admits the caller in the
+    buying or selling organization it names."""
+    sides = {BUYER: local_id(order.get("requester"), "Organization"),
+             SELLER: local_id((order.get("supplier") or [{}])[0], "Organization")}
+    action, where = MOVES[target]
+    ctx.authorize(action, [o for side in where if (o := sides[side])])
 
 
 async def move_order(ctx: ItemContext[Any], target: str, reason: str | None) -> JSON:
@@ -430,22 +429,23 @@ async def move_order(ctx: ItemContext[Any], target: str, reason: str | None) -> 
     current = order_status(order)
     ORDER_STATUS.check(current, target)
     _may_move(ctx, order, target)
+    system = ctx.elevate("supply-order.move: update the order and the seller's stock")
     moved = with_tags({**order, "status": FHIR_STATUS[target]}, status=target)
     moved = with_extension(moved, STATUS_REASON, {"valueString": reason} if reason else None)
     changes: list[tuple[JSON, JSON]] = []
     if target == "submitted":
         product = await load_product(ctx, local_id(order.get("itemReference")) or "")
         source = await facility(ctx, local_id(order.get("deliverFrom"), "Location") or "")
-        changes, taken = await _reserve(ctx, [(source, product, int(order["quantity"]["value"]),
-                                               f"SupplyRequest/{order['id']}")])
+        changes, taken = await _reserve(ctx, system, [
+            (source, product, int(order["quantity"]["value"]), f"SupplyRequest/{order['id']}")])
         moved = with_allocations(moved, taken[0])
     elif target in ("cancelled", "rejected") and current in RESERVED:
-        changes = await _release(ctx, order)
+        changes = await _release(ctx, system, order)
         moved = with_allocations(moved, [])
-    unit = ctx.unit()
+    unit = system.unit()
     async with unit:
         await _stage_stock(unit, changes)
-        staged = await unit.acting_as(SYSTEM).update(
+        staged = await unit.update(
             moved, if_match=int(order["meta"]["versionId"]))
         unit.emit(TOPIC + "order_transitioned", {**order_view(moved), "from": current},
                   source_service="marketplace")
@@ -453,10 +453,11 @@ async def move_order(ctx: ItemContext[Any], target: str, reason: str | None) -> 
     return staged_body(staged)
 
 
-async def _release(ctx: ApiContext, order: JSON) -> list[tuple[JSON, JSON]]:
+async def _release(ctx: ApiContext, system: CallerFhir, order: JSON
+                   ) -> list[tuple[JSON, JSON]]:
     source_id = local_id(order.get("deliverFrom"), "Location") or ""
     product_ref = (order.get("itemReference") or {}).get("reference", "")
-    current = await find_stock(platform(ctx), source_id, product_ref)
+    current = await find_stock(system, source_id, product_ref)
     if current is None:
         return []
     stock = stock_of(current)

@@ -53,7 +53,7 @@ from platform_api.facade import (
     SearchParam,
     StatusTable,
     api_context,
-    require_member,
+    require_organization,
     staged_body,
 )
 from platform_api.marketplace.catalog import load_product, unit_price
@@ -71,13 +71,10 @@ from platform_api.marketplace.common import (
     money_fhir,
     money_view,
     owned_by,
-    require_admin_of,
-    require_role,
     with_extension,
     with_tags,
 )
 from platform_api.marketplace.stock import STOCK_CRITERIA, last_change, stock_of
-from platform_api.policy.roles import ORG_ADMIN, ORG_PHARMACIST
 
 JSON = dict[str, Any]
 ORG_TYPE = f"{BASE}:org-type"
@@ -141,7 +138,7 @@ def supplier_view(org: JSON) -> JSON:
 
 
 async def _prepare_supplier(ctx: ApiContext, payload: JSON) -> JSON:
-    require_admin_of(ctx, payload["organization_id"], "register suppliers")
+    ctx.authorize("supplier.register", payload["organization_id"])
     return payload
 
 
@@ -230,7 +227,7 @@ def purchase_order_view(request: JSON) -> JSON:
 async def _prepare_purchase_order(ctx: ApiContext, payload: JSON) -> JSON:
     """The caller is a member of the buyer; the supplier is one of the buyer's; the
     facility is the buyer's; the product is in the catalogue; the total is computed."""
-    await require_member(ctx, payload["organization_id"])
+    await require_organization(ctx, payload["organization_id"])
     supplier = await ctx.fhir.find_json("Organization", payload["supplier_id"])
     if supplier is None or "supplier" not in str(supplier.get("type")):
         raise ApiError(404, "NOT_FOUND", "Supplier not found", field="supplier_id")
@@ -266,7 +263,7 @@ purchase_orders.mount(router, "/api/marketplace/purchase-orders", ops=("list", "
 async def approve(ctx: ItemContext[Any]) -> JSON:
     order = ctx.resource
     buyer = str(local_id(order.get("requester"), "Organization"))
-    require_admin_of(ctx, buyer, "approve purchase orders")
+    ctx.authorize("purchase-order.approve", buyer)
     moved = with_extension(PO_STATUS.move(order, "active"), f"{BASE}:approved-by",
                            {"valueString": ctx.principal.user_id})
     return await ctx.save(moved, event=TOPIC + "purchase_order_approved",
@@ -315,7 +312,7 @@ async def _announce(ctx: ApiContext, view: JSON) -> None:
 async def reorder_trigger(body: ReorderTrigger, ctx: ApiContext = Depends(api_context)) -> Any:
     place = await facility(ctx, body.facility_id)
     org_id = facility_org(place)
-    require_role(ctx, org_id, ORG_ADMIN, ORG_PHARMACIST, doing="trigger reorders")
+    ctx.authorize("purchase-order.reorder", org_id)
     records = await ctx.fhir.search("SupplyDelivery", [
         STOCK_CRITERIA, ("_tag", f"{FACILITY_TAG}|{place['id']}")])
     open_orders = await ctx.fhir.search("SupplyRequest", [

@@ -146,3 +146,28 @@ async def test_orders_are_listed_to_the_buyer_and_the_seller_only(market):
     assert stranger.status_code == 403  # no organization: no orders to see
     drafts = await market.get("pharmacist", "/api/marketplace/orders", status="submitted")
     assert drafts.json()["data"] == []
+
+
+async def test_each_move_of_an_order_is_for_the_roles_the_policy_names(market):
+    """Each move refused to a role the policy's rule does not name, then made by one it
+    names (issue 31: the rules supply-order.*)."""
+    await receive(market, "ORS-20", 100)
+    refused = await market.post("billing", "/api/marketplace/orders", {
+        **line(market, "ORS-20", 5), "organization_id": market.org_id})
+    assert refusal(refused) == (403, "FORBIDDEN")  # billing does not order supplies
+    outsider = await market.post("stranger", "/api/marketplace/orders", {
+        **line(market, "ORS-20", 5), "organization_id": market.org_id})
+    assert refusal(outsider) == (403, "FORBIDDEN")
+    placed = await market.post("nurse", "/api/marketplace/orders", {
+        **line(market, "ORS-20", 5), "organization_id": market.org_id})
+    url = f"/api/marketplace/orders/{placed.json()['data']['id']}/transition"
+    for move, refused_to, made_by in (("submitted", "receptionist", "nurse"),
+                                      ("verified", "nurse", "pharmacist"),
+                                      ("approved", "pharmacist", "admin"),
+                                      ("dispatched", "pharmacist", "seller_pharmacist"),
+                                      ("delivered", "seller_pharmacist", "doctor")):
+        refused = await market.post(refused_to, url, {"to": move})
+        assert refused.status_code == 403, (move, refused_to)
+        made = await market.post(made_by, url, {"to": move})
+        assert made.status_code == 200, (move, made_by, made.text)
+        assert made.json()["data"]["status"] == move
