@@ -16,12 +16,16 @@ not FHIR 502 ``EXCHANGE_ERROR`` / ``EXCHANGE_AUTH_FAILED`` / ``EXCHANGE_INVALID_
 The search is a GET, safe to repeat: time-outs, refused connections and 502/503/504 are
 retried ``cross_border_retries`` times with exponential back-off (0.2 s, 0.4 s, ...).
 
+Who: an organization's clinical or front-desk staff (``ORG:ADMIN``, ``ORG:DOCTOR``,
+``ORG:NURSE``, ``ORG:RECEPTIONIST`` somewhere) and platform administrators: the policy's
+``cross-border.lookup``, asked before the cache or an exchange is.
+
 Found Patients are kept: stored (created, or updated when a Patient with that national
 identifier exists) with a ``meta.tag`` naming the country, and a Provenance naming the
 exchange (agent ``who.display`` and ``entity.what`` its URL, policy the search made), in
-one unit of work, by the platform itself (the records belong to no organization; the MPI
-compares them like any new Patient). Answers are cached per country and id for
-``cross_border_cache_seconds``.
+one unit of work, by the platform itself through a named elevation (the records belong
+to no organization; the MPI compares them like any new Patient). Answers are cached per
+country and id for ``cross_border_cache_seconds``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -38,7 +43,6 @@ import orjson
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field, ValidationError
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.outcome import FhirError
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, ok
@@ -197,7 +201,10 @@ class CrossBorder:
                                                    settings.cross_border_retries)
         return found
 
-    async def lookup(self, country: str, national_id: str) -> JSON:
+    async def lookup(self, country: str, national_id: str,
+                     writer: Callable[[], CallerFhir]) -> JSON:
+        """The exchange's Patients for the national id (cached); ``writer()`` gives the
+        rights they are kept with (an elevation the caller's permitted lookup names)."""
         exchange = self.exchange(country)
         key = (country, national_id)
         cached = self.cache.get(key)
@@ -208,7 +215,7 @@ class CrossBorder:
         except ExchangeFailure as failure:
             raise ApiError(failure.status, failure.code, failure.message) from None
         patients = await self._validated(bundle, exchange)
-        stored, provenance = await self._store(patients, exchange, national_id)
+        stored, provenance = await self._store(writer, patients, exchange, national_id)
         result = {"country": country, "national_id": national_id, "exchange": exchange.name,
                   "cached": False, "total": len(stored), "patients": stored,
                   "provenance_id": provenance}
@@ -233,11 +240,11 @@ class CrossBorder:
             patients.append(resource)
         return patients
 
-    async def _store(self, patients: list[JSON], exchange: Exchange, national_id: str
-                     ) -> tuple[list[JSON], str | None]:
+    async def _store(self, writer: Callable[[], CallerFhir], patients: list[JSON],
+                     exchange: Exchange, national_id: str) -> tuple[list[JSON], str | None]:
         if not patients:
             return [], None
-        system = CallerFhir(self.services.fhir, SYSTEM)
+        system = writer()
         token = f"{exchange.config.identifier_system}|{national_id}"
         existing = await system.search("Patient", [("identifier", token), ("_count", "10")])
         unit = system.unit()
@@ -321,7 +328,11 @@ async def cross_border_patient(
         national_id: str = Path(max_length=64, pattern=NATIONAL_ID),
         country: str = Query(min_length=2, max_length=2, description=", ".join(SUPPORTED)),
         ctx: ApiContext = Depends(api_context)) -> Any:
-    result = await cross_border_of(ctx.services).lookup(country.upper(), national_id)
+    ctx.authorize("cross-border.lookup")
+    result = await cross_border_of(ctx.services).lookup(
+        country.upper(), national_id,
+        lambda: ctx.elevate("cross-border.lookup: keep the exchange's Patients and their "
+                            "Provenance"))
     return ok(result)
 
 

@@ -8,7 +8,8 @@ CDS Hooks feedback is, not as FHIR. Fields: ``id``, ``category``, ``rating`` (1-
 ``created_at``, ``updated_at``, ``triaged_by``, and for anonymous entries the text's
 fingerprint (:mod:`.spam`).
 
-Who sees what: a user their own; the ORG:ADMIN of an organization the feedback about it
+Who sees what (the policy's ``feedback.read``, ``feedback.triage``, ``feedback.edit``):
+a user their own; the ORG:ADMIN of an organization the feedback about it
 (``?organization_id=``); platform administrators all. Triage (``PATCH`` with
 ``status``, ``resolution``) is for platform administrators and, for feedback about
 their organization, its ORG:ADMIN; the author may change the category, rating and text
@@ -36,6 +37,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
+from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from platform_api.envelope import (
@@ -45,7 +47,6 @@ from platform_api.envelope import (
     PageEnvelope,
     Pagination,
     created,
-    forbidden,
     not_found,
     ok,
     pagination,
@@ -57,7 +58,6 @@ from platform_api.feedback.spam import (
     fingerprint,
     spam_reason,
 )
-from platform_api.policy.roles import ORG_ADMIN
 from platform_api.services import Services
 
 JSON = dict[str, Any]
@@ -118,8 +118,10 @@ def _services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-async def _organization_exists(services: Services, org_id: str | None) -> None:
-    if org_id and await services.fhir.find_json("Organization", org_id) is None:
+async def _organization_exists(fhir: CallerFhir, org_id: str | None) -> None:
+    """404 naming the field unless ``org_id`` is an Organization (the directory: every
+    signed-in user reads it)."""
+    if org_id and await fhir.find_json("Organization", org_id) is None:
         raise ApiError(404, "NOT_FOUND", "Organization not found", field="organization_id")
 
 
@@ -155,7 +157,7 @@ router = APIRouter(tags=["feedback"])
 @router.post("/api/feedback", status_code=201, response_model=Envelope[FeedbackView],
              summary="Give feedback (category, rating, text)")
 async def give_feedback(body: FeedbackCreate, ctx: ApiContext = Depends(api_context)) -> Any:
-    await _organization_exists(ctx.services, body.organization_id)
+    await _organization_exists(ctx.fhir, body.organization_id)
     entry = _new_entry(body, ctx.principal.user_id)
     await _store(ctx.services, entry, "received", _received(entry))
     return created(view(entry))
@@ -177,7 +179,10 @@ async def give_anonymous_feedback(body: FeedbackCreate, request: Request) -> Any
             reason = "the same text was sent already"
     if reason is not None:
         raise ApiError(422, "SPAM_REJECTED", f"Refused as spam: {reason}", field="text")
-    await _organization_exists(services, body.organization_id)
+    if body.organization_id:  # no caller to read the directory as: the platform looks
+        await _organization_exists(services.policy.elevate(
+            "feedback.anonymous: check the organization it is about exists"),
+            body.organization_id)
     entry = {**_new_entry(body, None), "fingerprint": text_print}
     await _store(services, entry, "received", _received(entry), fingertext_printof=text_print)
     return created(Received(id=entry["id"], status="new",
@@ -190,20 +195,16 @@ def _within(instant: str, seconds: int) -> bool:
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _is_staff_for(ctx: ApiContext, entry: JSON) -> bool:
-    if ctx.access.subject.unrestricted:
-        return True
+def _about(entry: JSON) -> str | None:
     org_id = entry.get("organization_id")
-    return isinstance(org_id, str) and ctx.access.subject.role_in(org_id) == ORG_ADMIN
+    return org_id if isinstance(org_id, str) else None
 
 
 async def _load(ctx: ApiContext, feedback_id: str) -> JSON:
     entry = await ctx.services.store.get_document(FEEDBACK, feedback_id)
     if entry is None:
         raise not_found("Feedback")
-    if entry.get("user_id") != ctx.principal.user_id and not _is_staff_for(ctx, entry):
-        raise forbidden("This feedback is neither yours nor about an organization you "
-                        "administer")
+    ctx.authorize("feedback.read", _about(entry), user_id=entry.get("user_id"))
     return entry
 
 
@@ -220,9 +221,9 @@ async def list_feedback(
     where: JSON = {}
     if organization_id:
         where["organization_id"] = organization_id
-    subject = ctx.access.subject
-    administers = bool(organization_id) and subject.role_in(organization_id or "") == ORG_ADMIN
-    if mine or not (subject.unrestricted or administers):
+    # Those who triage it see all of it (an organization's ORG:ADMIN, with its id; a
+    # platform administrator, any); anyone else their own.
+    if mine or not ctx.may("feedback.triage", organization_id):
         where["user_id"] = ctx.principal.user_id
     if status:
         where["status"] = status
@@ -252,14 +253,11 @@ async def update_feedback(feedback_id: str, body: FeedbackUpdate,
                           ctx: ApiContext = Depends(api_context)) -> Any:
     entry = await _load(ctx, feedback_id)
     change = body.model_dump(exclude_unset=True)
-    staff = _is_staff_for(ctx, entry)
     triage = {k: change.pop(k) for k in ("status", "resolution") if k in change}
-    if triage and not staff:
-        raise forbidden("Only platform administrators, or the administrator of the "
-                        "organization it is about, triage feedback")
+    if triage:
+        ctx.authorize("feedback.triage", _about(entry))
     if change:
-        if entry.get("user_id") != ctx.principal.user_id:
-            raise forbidden("Only its author edits feedback")
+        ctx.authorize("feedback.edit", user_id=entry.get("user_id"))
         if entry["status"] != "new":
             raise ApiError(409, "FEEDBACK_TRIAGED", "Feedback under review or closed "
                            "cannot be edited")

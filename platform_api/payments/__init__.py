@@ -60,7 +60,6 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
@@ -68,6 +67,7 @@ from fhir_server.store import DuplicateDocument
 from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found, ok
+from platform_api.facade import ApiContext, api_context
 from platform_api.payments import ledger
 from platform_api.payments.ledger import PAYMENTS, Sweeper, providers_of
 from platform_api.payments.providers import (
@@ -210,7 +210,10 @@ async def initiate_payment(body: PaymentInitiate, request: Request,
                            "the order may be initiated again.") from None
         # It may have been taken: pending, settled by its callback or the sweep's query.
         requested = Requested(exc.reference or "")
-    stored = await _record(services, provider, payment, requested)
+    # The PaymentNotice is the platform's record of the payment, which no payer writes.
+    fhir = services.policy.elevate("payment.initiate: record the payment's PaymentNotice",
+                                   principal)
+    stored = await _record(services, fhir, provider, payment, requested)
     return created(view(stored))
 
 
@@ -229,14 +232,14 @@ async def _release(services: Services, order_id: str) -> None:
         await uow.commit()
 
 
-async def _record(services: Services, provider: MobileMoneyProvider, payment: JSON,
-                  requested: Requested) -> JSON:
+async def _record(services: Services, fhir: CallerFhir, provider: MobileMoneyProvider,
+                  payment: JSON, requested: Requested) -> JSON:
     """The payment with the provider's ids and its PaymentNotice, in one commit."""
     stored = {**payment, "provider_reference": requested.reference or None,
               "merchant_reference": requested.merchant_reference,
               "payment_notice_id": new_id(), "updated_at": now_instant()}
     notice = ledger.payment_notice(stored, provider, services.settings.service_name)
-    async with CallerFhir(services.fhir, SYSTEM).unit() as unit:
+    async with fhir.unit() as unit:
         await unit.create(notice, resource_id=stored["payment_notice_id"],
                           expected_type="PaymentNotice")
         unit.put_document(PAYMENTS, stored["order_id"], stored)
@@ -250,13 +253,11 @@ async def _record(services: Services, provider: MobileMoneyProvider, payment: JS
 
 @router.get("/status/{order_id}", response_model=Envelope[PaymentView],
             summary="A mobile money payment's state")
-async def payment_status(request: Request,
-                         order_id: Annotated[str, Path(pattern=ORDER_ID)],
-                         principal: Principal = Depends(current_principal)) -> Any:
-    payment = await request_services(request).store.get_document(PAYMENTS, order_id)
+async def payment_status(order_id: Annotated[str, Path(pattern=ORDER_ID)],
+                         ctx: ApiContext = Depends(api_context)) -> Any:
+    payment = await ctx.services.store.get_document(PAYMENTS, order_id)
     # Someone else's payment is as unknown as a missing one: order ids are guessable.
-    if payment is None or (payment["initiated_by"] != principal.user_id
-                           and not principal.is_platform_admin):
+    if payment is None or not ctx.may("payment.read", user_id=payment["initiated_by"]):
         raise not_found("Payment")
     return ok(view(payment))
 

@@ -23,7 +23,6 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.store import ConditionChanged, ResourceGone, ResourceNotFound, VersionConflict
@@ -127,28 +126,34 @@ async def settle(services: Services, order_id: str, outcome: Outcome, *, via: st
     A callback and the sweep (or two processes) may settle one payment at once: the
     PaymentNotice's version is the lock. It is read *before* the payment document, so a
     settlement committed in between makes this one's If-Match fail; it then runs again
-    and finds the payment moved."""
+    and finds the payment moved.
+
+    A settlement comes from a provider's callback or the sweep, never from a caller: the
+    PaymentNotice (the platform's record) is written with rights elevated for it."""
+    fhir = services.policy.elevate("payment settlement: record the payment's new state in "
+                                   "its PaymentNotice")
     for attempt in range(2):
         try:
-            return await _settle_once(services, order_id, outcome, via=via, event=event,
-                                      reference=reference)
+            return await _settle_once(services, fhir, order_id, outcome, via=via,
+                                      event=event, reference=reference)
         except (VersionConflict, ConditionChanged):
             if attempt:
                 raise
     return None
 
 
-async def _settle_once(services: Services, order_id: str, outcome: Outcome, *, via: str,
-                       event: Event | None, reference: str | None) -> JSON | None:
+async def _settle_once(services: Services, fhir: CallerFhir, order_id: str, outcome: Outcome,
+                       *, via: str, event: Event | None, reference: str | None
+                       ) -> JSON | None:
     store = services.store
     first = await store.get_document(PAYMENTS, order_id)
     if first is None:
         raise RejectedEvent(f"no payment for order {order_id}")
-    version = await _notice_version(services, first.get("payment_notice_id"))
+    version = await _notice_version(fhir, first.get("payment_notice_id"))
     payment = await store.get_document(PAYMENTS, order_id) or first
     target = outcome.state
     changed = None
-    async with CallerFhir(services.fhir, SYSTEM).unit() as unit:
+    async with fhir.unit() as unit:
         if target in MOVES.get(payment["state"], frozenset()):
             now = now_instant()
             changed = {**payment, "state": target, "updated_at": now,
@@ -175,11 +180,11 @@ async def _settle_once(services: Services, order_id: str, outcome: Outcome, *, v
     return changed
 
 
-async def _notice_version(services: Services, notice_id: str | None) -> int | None:
+async def _notice_version(fhir: CallerFhir, notice_id: str | None) -> int | None:
     if notice_id is None:
         return None
     try:
-        return (await services.fhir.read("PaymentNotice", notice_id)).version
+        return (await fhir.read("PaymentNotice", notice_id)).version
     except (ResourceNotFound, ResourceGone):
         return None
 

@@ -62,7 +62,7 @@ from platform_api.facade import (
     api_context,
     create_unique,
     is_duplicate,
-    require_member,
+    require_organization,
     until_stable,
 )
 from platform_api.public_health.knowledge import Disease, diseases
@@ -302,13 +302,12 @@ async def _facility(ctx: ApiContext, report: CaseReport, patient: JSON) -> str:
     member), else the caller's organization that owns the patient, else (a patient seen
     with their consent) the caller's one organization."""
     if report.facility_id:
-        await require_member(ctx, report.facility_id)
+        await require_organization(ctx, report.facility_id)
         return report.facility_id
-    subject = ctx.access.subject
-    owners = sorted(o for o in owner_labels(patient)
-                    if subject.unrestricted or subject.role_in(o))
-    if not owners and not subject.unrestricted:
-        owners = sorted(subject.memberships)
+    mine = ctx.organizations_for("organization.work-in")  # None: a platform administrator
+    owners = sorted(o for o in owner_labels(patient) if mine is None or o in mine)
+    if not owners and mine is not None:
+        owners = sorted(mine)
     if len(owners) == 1:
         return owners[0]
     raise ApiError(422, "FACILITY_REQUIRED", "Say which facility reports the case (the "

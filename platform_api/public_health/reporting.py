@@ -2,10 +2,11 @@
 reporting periods (DHIS2 weekly periods, ISO weeks), the facilities' organisation units,
 the notifiable cases of a period, and DHIS2 pushes with their record.
 
-Aggregates of a facility are for the roles of :data:`AGGREGATE_ROLES` there (they may
-read the diagnoses, encounters and vital signs they are counted from) and platform
-administrators; exports and pushes to the HMIS for its ``ORG:ADMIN`` and platform
-administrators. Every count is a FHIR search made as the caller.
+Aggregates of a facility are for ``ORG:ADMIN``, ``ORG:DOCTOR`` and ``ORG:NURSE`` there
+(they may read the diagnoses, encounters and vital signs they are counted from) and
+platform administrators (the policy's :data:`AGGREGATES` rule); exports and pushes to the
+HMIS for its ``ORG:ADMIN`` and platform administrators (:data:`HMIS`). Every count is a
+FHIR search made as the caller.
 """
 
 from __future__ import annotations
@@ -20,48 +21,42 @@ from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM
 from fhir_server.service import MAX_SEARCH_RESULTS
 from platform_api.envelope import ApiError, ErrorEnvelope
-from platform_api.facade import ApiContext, require_member
-from platform_api.policy.roles import ORG_ADMIN, ORG_DOCTOR, ORG_NURSE
+from platform_api.facade import ApiContext, require_organization
 from platform_api.public_health.cases import CASE_CRITERIA, disease_named
 from platform_api.public_health.dhis2 import Dhis2Client, HmisError, ImportSummary
 from platform_api.public_health.knowledge import Disease, HmisMapping, hmis_mapping
 from platform_api.public_health.views import rows
 
 JSON = dict[str, Any]
-AGGREGATE_ROLES = frozenset({ORG_ADMIN, ORG_DOCTOR, ORG_NURSE})
-HMIS_ROLES = frozenset({ORG_ADMIN})
+# The policy's rules (platform_api.policy.actions.commerce) of who sees what.
+AGGREGATES = "public-health.aggregates"
+HMIS = "public-health.hmis"
 PUSHES = "hmis_pushes"
 PERIOD_PATTERN = r"^\d{4}W\d{1,2}$"
 
 
 # -- who ----------------------------------------------------------------------------------
-async def facility_for(ctx: ApiContext, org_id: str | None, roles: frozenset[str]
-                       ) -> str | None:
-    """The facility a report is about: ``org_id`` (the caller must hold one of ``roles``
-    there, or be a platform administrator: 404 unknown, 403 otherwise), else the caller's
-    one organization where they hold such a role; None for a platform administrator
-    naming none (every facility)."""
-    subject = ctx.access.subject
+async def facility_for(ctx: ApiContext, org_id: str | None, action: str) -> str | None:
+    """The facility a report is about: ``org_id`` (the policy's rule ``action`` must admit
+    the caller there: 404 unknown, 403 otherwise), else the caller's one organization
+    where it does; None for a platform administrator naming none (every facility)."""
     if org_id:
-        role = await require_member(ctx, org_id)
-        if role is not None and role not in roles:
-            raise ApiError(403, "FORBIDDEN", "Your role in this organization does not see "
-                           "its public-health figures")
+        await require_organization(ctx, org_id, action)
         return org_id
-    if subject.unrestricted:
+    where = ctx.organizations_for(action)
+    if where is None:
         return None
-    mine = sorted(o for o, role in subject.memberships.items() if role in roles)
-    if len(mine) == 1:
-        return mine[0]
-    if not mine:
-        raise ApiError(403, "FORBIDDEN", "You hold no role that sees public-health figures")
+    if len(where) == 1:
+        return next(iter(where))
+    if not where:
+        ctx.authorize(action)  # refused, with the rule's refusal, recorded
     raise ApiError(422, "ORGANIZATION_REQUIRED", "Say which organization (org_id)",
                    field="org_id")
 
 
 async def hmis_facility(ctx: ApiContext, org_id: str | None) -> str:
     """The facility an HMIS export or push is for (exactly one)."""
-    found = await facility_for(ctx, org_id, HMIS_ROLES)
+    found = await facility_for(ctx, org_id, HMIS)
     if found is None:
         raise ApiError(422, "ORGANIZATION_REQUIRED", "Say which organization (org_id)",
                        field="org_id")
@@ -213,7 +208,7 @@ def mapping(ctx: ApiContext) -> HmisMapping:
 async def org_unit_of(ctx: ApiContext, org_id: str) -> str:
     """The facility's DHIS2 organisation unit: its Organization's identifier in the
     mapping's ``org_unit_system`` (409 ``ORG_UNIT_NOT_MAPPED`` without one)."""
-    organization = await ctx.services.fhir.find_json("Organization", org_id)
+    organization = await ctx.fhir.find_json("Organization", org_id)  # the directory
     system = mapping(ctx).org_unit_system
     for identifier in (organization or {}).get("identifier") or []:
         if identifier.get("system") == system and identifier.get("value"):

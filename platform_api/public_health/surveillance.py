@@ -32,7 +32,7 @@ from platform_api.facade import ApiContext, api_context
 from platform_api.public_health import ears
 from platform_api.public_health.knowledge import ears_parameters, syndromes
 from platform_api.public_health.reporting import (
-    AGGREGATE_ROLES,
+    AGGREGATES,
     HMIS_REFUSALS,
     NOT_FOUND_ORG,
     PERIOD_PATTERN,
@@ -107,7 +107,7 @@ def _syndrome_filter(syndrome: str | None) -> list[str]:
 
 async def _counts(ctx: ApiContext, org_id: str | None, start: date, end: date
                   ) -> tuple[DailyCounts, list[str]]:
-    facility = await facility_for(ctx, org_id, AGGREGATE_ROLES)
+    facility = await facility_for(ctx, org_id, AGGREGATES)
     counts = await daily_counts(ctx, start, end, facility)
     facilities = [facility] if facility else sorted(counts.facilities)
     return counts, facilities

@@ -43,7 +43,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, ValidationError
 
-from fhir_server.access import UPDATE
 from fhir_server.clock import now_instant
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels
 from platform_api.envelope import (
@@ -52,7 +51,6 @@ from platform_api.envelope import (
     ErrorEnvelope,
     conflict,
     created,
-    forbidden,
     ok,
 )
 from platform_api.facade import (
@@ -63,7 +61,7 @@ from platform_api.facade import (
     StatusTable,
     api_context,
     conflict_responses,
-    require_member,
+    require_organization,
     require_patient,
     staged_body,
 )
@@ -322,7 +320,7 @@ def _event(claim: JSON, **extra: Any) -> JSON:
              summary="Draft a claim (items priced, total computed; the patient's coverage "
                      "found or recorded)")
 async def create_claim(body: RcmClaimCreate, ctx: ApiContext = Depends(api_context)) -> Any:
-    await require_member(ctx, body.organization_id)
+    await require_organization(ctx, body.organization_id)
     await require_patient(ctx, body.patient_id)
     coverage_id = await _coverage(ctx, body, body.organization_id)
     claim = rcm_claim_to_fhir(body, coverage_id)
@@ -450,8 +448,7 @@ async def payer_call(ctx: ApiContext, claim_id: str, allowed: Callable[[str], No
     """Everything is checked before the payer is called (``allowed(stage)`` refuses)."""
     claim = await claims.load(ctx, claim_id)
     allowed(stage_of(claim))
-    if not ctx.fhir.admitted(UPDATE, claim):
-        raise forbidden("You may not send this organization's claims")
+    ctx.authorize("claim.send", owner_labels(claim))
     return PayerCall(claim, await coverage_of(ctx, claim), payer_of(ctx, claim))
 
 

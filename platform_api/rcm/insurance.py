@@ -22,10 +22,10 @@ option exists, the patient's age at the start is within ``minAge``-``maxAge``, t
 address country is an allowed one; a second active enrolment in the same plan is 409
 ``ALREADY_ENROLLED``.
 
-Who enrols: a patient themselves (their own Patient record; the Coverage is then owned by
-the insurer organization, written by the platform for them, as :mod:`platform_api.
-patients.shared` admits a patient's own workflow steps), or an organization's financial
-staff for a patient they see (owned by that organization: the policy checks the write).
+Who enrols: a patient themselves (their own Patient record: the policy's
+``insurance.enroll-self``; the Coverage is then owned by the insurer organization, written
+for them through a named elevation), or an organization's financial staff for a patient
+they see (owned by that organization: the policy checks the write).
 Policies: the caller's own Coverages, or with ``patient_id`` a patient's the caller sees.
 Event: ``platform.rcm.coverage_enrolled``.
 """
@@ -47,7 +47,7 @@ from platform_api.facade import (
     Facade,
     SearchParam,
     api_context,
-    require_member,
+    require_organization,
     require_patient,
     staged_body,
 )
@@ -324,6 +324,9 @@ async def enroll(body: EnrollRequest, ctx: ApiContext = Depends(api_context)) ->
     option = check_eligibility(plan, patient, body.start or date.today(), body.option)
     coverage = coverage_to_fhir(plan, patient_id, option, body.start or date.today())
     if patient_id == own and body.organization_id is None:
+        # The patient's own coverage is the insurer's record, which the patient may not
+        # write: the platform writes it for them.
+        ctx.authorize("insurance.enroll-self", patient_id=patient_id)
         insurer = local_id(plan.get("ownedBy"), "Organization")
         writer = ctx.elevate("insurance enrolment: store the patient's own Coverage, "
                              "owned by the insurer")
@@ -332,7 +335,7 @@ async def enroll(body: EnrollRequest, ctx: ApiContext = Depends(api_context)) ->
         if body.organization_id is None:
             raise ApiError(422, "VALIDATION_ERROR", "organization_id: say which "
                            "organization enrols the patient", field="organization_id")
-        await require_member(ctx, body.organization_id)
+        await require_organization(ctx, body.organization_id)
         writer, owners = ctx.fhir, {body.organization_id}
     unit = writer.unit()
     async with unit:

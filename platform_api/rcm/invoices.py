@@ -34,7 +34,7 @@ from platform_api.facade import (
     Events,
     Facade,
     SearchParam,
-    require_member,
+    require_organization,
     require_patient,
 )
 from platform_api.fhir_values import CENT, amount_text, decimal_of, local_id, money
@@ -150,7 +150,7 @@ def rcm_invoice_view(invoice: JSON) -> JSON:
 
 
 async def _prepare(ctx: ApiContext, payload: JSON) -> JSON:
-    await require_member(ctx, payload["organization_id"])
+    await require_organization(ctx, payload["organization_id"])
     await require_patient(ctx, payload["patient_id"])
     if payload.get("bill_to") == "payer" and not payload.get("payer"):
         raise ApiError(422, "VALIDATION_ERROR", "payer: name the payer the invoice is for",

@@ -22,7 +22,7 @@ from fastapi import Query
 from fhir_server.ownership import OWNER_SYSTEM
 from fhir_server.service import MAX_SEARCH_RESULTS
 from platform_api.envelope import ApiError
-from platform_api.facade import ApiContext, require_member
+from platform_api.facade import ApiContext, require_organization
 from platform_api.fhir_values import decimal_of, local_id
 from platform_api.rcm.claims import responses_of, stage_of
 from platform_api.rcm.payers import paid_of
@@ -119,7 +119,7 @@ async def every(ctx: ApiContext, resource_type: str, params: list[tuple[str, str
 
 async def claims_of_period(ctx: ApiContext, when: Period) -> list[JSON]:
     if when.organization_id:
-        await require_member(ctx, when.organization_id)
+        await require_organization(ctx, when.organization_id)
     return await every(ctx, "Claim", [("use", "claim"), *when.criteria("created"),
                                       ("_sort", "created")])
 

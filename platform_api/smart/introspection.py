@@ -2,13 +2,18 @@
 
 ``POST /oauth2/introspect``: the caller proves who it is with a bearer token (a SMART
 app's or backend client's access token, or a platform user's, as the SMART IG allows) or
-as a confidential client (its secret or assertion); then, for the ``token`` sent, the
-answer is ``{"active": false}`` and nothing else for anything that is not a live token
-this server issued to a SMART client (unknown, expired, revoked, another kind of token,
-its client or user disabled), or ``active``, ``scope``, ``client_id``, ``exp``, ``iat``,
-``sub``, ``token_type``, the launch context (``patient``, ``encounter``), and ``iss``
-and ``fhirUser`` when an ``id_token`` went with it. A refresh token (``rt_…``)
-introspects as its authorization, with its own expiry.
+as a confidential client (its secret or assertion). RFC 7662 2.1 wants the caller
+authorized too: a token's details are for the client it was issued to (authenticated as
+that client, or presenting one of its own access tokens) and for platform administrators
+(the policy's ``smart-token.introspect``); anyone else is answered ``{"active": false}``,
+as for a token that does not exist, so an introspection tells a stranger nothing. Then,
+for the ``token`` sent, the answer is ``{"active": false}`` and nothing else for anything
+that is not a live token this server issued to a SMART client (unknown, expired,
+revoked, another kind of token, its client or user disabled), or ``active``, ``scope``,
+``client_id``, ``exp``, ``iat``, ``sub``, ``token_type``, the launch context
+(``patient``, ``encounter``), and ``iss`` and ``fhirUser`` when an ``id_token`` went
+with it. A refresh token (``rt_…``) introspects as its authorization, with its own
+expiry.
 
 ``POST /oauth2/revoke``: the client authenticates as at the token endpoint; a refresh
 token revokes its whole authorization (every access token it issued too), an access
@@ -18,16 +23,19 @@ token itself. The answer is 200 for a token that is unknown or already invalid (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from fhir_server.smart_scopes import ScopeSet
+from platform_api.auth.principal import Principal
 from platform_api.auth.refresh import FAMILIES, TOKEN_PREFIX, token_hash
 from platform_api.auth.refresh import TOKENS as REFRESH_TOKENS
 from platform_api.auth.tokens import parse_rfc3339
 from platform_api.envelope import ApiError
+from platform_api.policy import Target
 from platform_api.smart.oauth import (
     INTROSPECT_PATH,
     REVOKE_PATH,
@@ -47,38 +55,69 @@ JSON = dict[str, Any]
 INACTIVE: JSON = {"active": False}
 
 
+@dataclass(frozen=True)
+class Introspector:
+    """Who asks: the SMART client it is (authenticated as the client, or by one of its
+    access tokens), and the principal of a bearer token."""
+
+    client_id: str | None
+    principal: Principal | None
+
+
 @router.post(INTROSPECT_PATH, summary="Token introspection (RFC 7662)",
              responses=oauth_refusals(400, 401))
 async def introspect(request: Request) -> Response:
     server = smart_server(request)
     try:
         form = await form_of(request)
-        await _authorize_introspection(server, request, form)
+        caller = await _authenticate_introspector(server, request, form)
     except OAuthError as error:
         return error.response()
     presented = form.get("token", "")
     if not presented:
         return OAuthError("invalid_request", "token is required").response()
     if presented.startswith(TOKEN_PREFIX):
-        return no_store_json(await _refresh_token_info(server, presented, urls(request)))
-    return no_store_json(await _access_token_info(server, presented, urls(request)))
+        info = await _refresh_token_info(server, presented, urls(request))
+    else:
+        info = await _access_token_info(server, presented, urls(request))
+    if info["active"] and not await _may_introspect(server, caller, info["client_id"]):
+        return no_store_json(INACTIVE)  # RFC 7662 2.1: not this caller's to know
+    return no_store_json(info)
 
 
-async def _authorize_introspection(server: SmartServer, request: Request,
-                                   form: dict[str, str]) -> None:
+async def _authenticate_introspector(server: SmartServer, request: Request,
+                                     form: dict[str, str]) -> Introspector:
     authorization = request.headers.get("authorization")
     if authorization is not None and authorization.lower().startswith("bearer "):
         try:
-            await server.services.auth.authenticate(authorization[7:].strip())
+            principal = await server.services.auth.authenticate(authorization[7:].strip())
         except ApiError as error:
             raise OAuthError("invalid_token", error.message, 401,
                              {"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
-        return
+        smart = principal.smart
+        return Introspector(smart.client_id if smart is not None else None, principal)
     client = await server.clients.authenticate(form, authorization,
                                                urls(request).of(TOKEN_PATH))
     if client["token_endpoint_auth_method"] == "none":
         raise OAuthError("invalid_client", "a public client introspects with its access "
                          "token (Authorization: Bearer)", 401)
+    return Introspector(str(client["id"]), None)
+
+
+async def _may_introspect(server: SmartServer, caller: Introspector, client_id: str) -> bool:
+    """The token's own client, or whom the policy lets introspect any token (platform
+    administrators signed in as themselves)."""
+    if caller.client_id is not None and caller.client_id == client_id:
+        return True
+    if caller.principal is None or caller.principal.smart is not None:
+        return False  # another client, or another client's app
+    policy = server.services.policy
+    try:  # a refusal is recorded in the audit trail, as every refused action is
+        policy.authorize(await policy.access(caller.principal), "smart-token.introspect",
+                         Target())
+    except ApiError:
+        return False
+    return True
 
 
 async def _access_token_info(server: SmartServer, presented: str, where: Urls) -> JSON:

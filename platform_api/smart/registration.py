@@ -12,8 +12,11 @@ and answers 201 with it, the ``client_id`` and, for a symmetric client, the
   authorize, and backend services clients for an organization whose ``ORG:ADMIN`` the
   key's owner is; never a platform-wide client.
 
-Refusals are RFC 7591 errors (``invalid_client_metadata``, ``invalid_redirect_uri``) or
-403 ``insufficient_scope``.
+Who may is the access policy's (``smart-client.register``,
+``smart-client.register-platform-wide``, ``smart-client.act-for-organization``); an API
+key's scope is checked here, as the route table checks a route's. Refusals are RFC 7591
+errors (``invalid_client_metadata``, ``invalid_redirect_uri``) or 403
+``insufficient_scope``.
 
 ``/api/smart/clients`` (platform administrators, the /api envelope): list, read, update
 (the same metadata rules; ``status`` ``disabled`` stops the client at once: its tokens
@@ -29,11 +32,11 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from fhir_server.store import ResourceGone, ResourceNotFound
 from platform_api.auth.dependencies import current_principal, require_platform_admin
 from platform_api.auth.errors import validation_error
 from platform_api.auth.principal import Principal
 from platform_api.envelope import (
+    ApiError,
     Envelope,
     ErrorEnvelope,
     PageEnvelope,
@@ -42,7 +45,7 @@ from platform_api.envelope import (
     ok,
     pagination,
 )
-from platform_api.organizations import MEMBERS
+from platform_api.facade import ApiContext, api_context
 from platform_api.smart.clients import (
     ACTIVE,
     DISABLED,
@@ -57,7 +60,6 @@ from platform_api.smart.server import SmartServer, smart_server
 router = APIRouter(tags=["SMART"])
 JSON = dict[str, Any]
 REGISTER_SCOPE = "smart:register"
-ORG_ADMIN = "ORG:ADMIN"
 
 
 class ClientMetadata(BaseModel):
@@ -114,33 +116,31 @@ class RegisteredClient(ClientView):
     client_secret: str | None = Field(default=None, description="Shown once: store it now")
 
 
-async def _check_registrant(server: SmartServer, principal: Principal, metadata: JSON
-                            ) -> None:
-    """403 unless ``principal`` may register this client (module docstring)."""
-    admin = principal.kind == "user" and principal.is_platform_admin
+def _authorize(ctx: ApiContext, action: str, organization: str | None = None) -> None:
+    """The policy's rule for ``action``; its refusal (recorded) as RFC 7591 says."""
+    try:
+        ctx.authorize(action, organization)
+    except ApiError as refused:
+        raise OAuthError("insufficient_scope", refused.message, 403) from None
+
+
+async def _check_registrant(ctx: ApiContext, metadata: JSON) -> None:
+    """403 unless the caller may register this client (module docstring)."""
+    principal = ctx.principal
     if principal.kind == "api_key":
         if REGISTER_SCOPE not in principal.scopes and "*:*" not in principal.scopes:
             raise OAuthError("insufficient_scope", f"the API key needs {REGISTER_SCOPE}", 403)
-    elif not admin:
-        raise OAuthError("insufficient_scope", "registering a SMART client needs a platform "
-                         f"administrator or an API key with {REGISTER_SCOPE}", 403)
-    if metadata["platform_wide"] and not admin:
-        raise OAuthError("insufficient_scope", "only a platform administrator registers a "
-                         "platform-wide backend client", 403)
+    else:
+        _authorize(ctx, "smart-client.register")
+    if metadata["platform_wide"]:
+        _authorize(ctx, "smart-client.register-platform-wide")
     organization = metadata["organization_id"]
     if organization is None:
         return
-    try:
-        await server.services.fhir.read("Organization", organization)
-    except (ResourceNotFound, ResourceGone):
-        raise metadata_error(f"organization_id: no Organization/{organization}") from None
-    if admin:
-        return
-    members = await server.services.store.find_documents(
-        MEMBERS, {"user_id": principal.user_id, "organization_id": organization}, limit=1)
-    if not members or members[0]["role"] != ORG_ADMIN:
-        raise OAuthError("insufficient_scope", "only an ORG:ADMIN of the organization (or a "
-                         "platform administrator) registers a client acting for it", 403)
+    # Organizations are the directory every signed-in caller reads.
+    if await ctx.fhir.find_json("Organization", organization) is None:
+        raise metadata_error(f"organization_id: no Organization/{organization}")
+    _authorize(ctx, "smart-client.act-for-organization", organization)
 
 
 @router.post(REGISTER_PATH, status_code=201, response_model=RegisteredClient,
@@ -155,7 +155,7 @@ async def register(body: ClientMetadata, request: Request,
     server = smart_server(request)
     try:
         metadata = checked_metadata(body.model_dump(exclude_none=True))
-        await _check_registrant(server, principal, metadata)
+        await _check_registrant(await api_context(request, principal), metadata)
     except OAuthError as error:
         return error.response()
     registered = await server.registry.register(metadata, principal.user_id)
@@ -210,7 +210,7 @@ async def update_client(client_id: str, body: ClientUpdate, request: Request,
     merged = {k: current.get(k) for k in METADATA_FIELDS} | changes
     try:
         metadata = checked_metadata({k: v for k, v in merged.items() if v is not None})
-        await _check_registrant(server, admin, metadata)
+        await _check_registrant(await api_context(request, admin), metadata)
     except OAuthError as error:
         named = re.match(r"[a-z_]+", error.description)
         field = named.group(0) if named and named.group(0) in METADATA_FIELDS else "body"

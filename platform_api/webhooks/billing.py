@@ -37,8 +37,8 @@ from typing import Any
 import stripe
 from fastapi import APIRouter, Request
 
+from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
-from fhir_server.store import ResourceGone, ResourceNotFound
 from platform_api.envelope import Envelope
 from platform_api.events import Event, RejectedEvent, mark_handled
 from platform_api.services import Services, request_services
@@ -96,8 +96,13 @@ async def billing_webhook(request: Request) -> Any:
 
 # -- the consumer -----------------------------------------------------------------------------
 def install(services: Services) -> None:
+    # The provider's events come from no caller: the organization they name is looked up
+    # with rights elevated once, here.
+    directory = services.policy.elevate("billing webhook: check the organization an event "
+                                        "names exists")
+
     async def billing_events(event: Event) -> None:
-        await apply_billing_event(services, event)
+        await apply_billing_event(services, directory, event)
     services.bus.subscribe(TOPIC, billing_events, consumer=CONSUMER)
 
 
@@ -118,7 +123,8 @@ def _metadata_org(obj: JSON) -> str | None:
     return None
 
 
-async def _organization(services: Services, obj: JSON, *, from_checkout: bool = False) -> str:
+async def _organization(services: Services, directory: CallerFhir, obj: JSON, *,
+                        from_checkout: bool = False) -> str:
     org_id = (obj.get("client_reference_id") if from_checkout else None) or _metadata_org(obj)
     customer = obj.get("customer")
     if org_id is None and isinstance(customer, str):
@@ -127,10 +133,8 @@ async def _organization(services: Services, obj: JSON, *, from_checkout: bool = 
     if not isinstance(org_id, str):
         # Not yet known (its checkout may come later): retried, then a dead letter.
         raise LookupError(f"no organization is known for billing customer {customer!r}")
-    try:
-        await services.fhir.read("Organization", org_id)
-    except (ResourceNotFound, ResourceGone):
-        raise RejectedEvent(f"Organization/{org_id} does not exist") from None
+    if await directory.find_json("Organization", org_id) is None:
+        raise RejectedEvent(f"Organization/{org_id} does not exist")
     return org_id
 
 
@@ -142,13 +146,15 @@ def _amount(minor: Any, currency: str) -> str | None:
                               else Decimal("0.01")))
 
 
-async def apply_billing_event(services: Services, event: Event) -> None:
+async def apply_billing_event(services: Services, directory: CallerFhir, event: Event
+                              ) -> None:
     stripe_event: JSON = event["payload"]["event"]
     kind = stripe_event["type"]
     if kind not in CHANGES:
         return
     obj = _object(stripe_event)
-    org_id = await _organization(services, obj, from_checkout=kind == "checkout.session.completed")
+    org_id = await _organization(services, directory, obj,
+                                 from_checkout=kind == "checkout.session.completed")
     current = await services.store.get_document(BILLING, org_id) or {
         "organization_id": org_id, "subscription": None, "payment": None}
     created = int(stripe_event.get("created") or 0)

@@ -43,7 +43,6 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 
-from fhir_server.access import SYSTEM
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from platform_api.envelope import ApiError, Envelope
@@ -151,12 +150,17 @@ def notification_items(notification: Any) -> list[Inbound]:
 
 # -- the consumer -------------------------------------------------------------------------------
 def install(services: Services) -> None:
+    # The provider's messages come from no caller: they are recorded with rights elevated
+    # once, here (the senders' patients are anyone's).
+    fhir = services.policy.elevate("messaging webhook: record inbound messages and delivery "
+                                   "receipts as Communications")
+
     async def messaging_events(event: Event) -> None:
         payload = event["payload"]
         if payload.get("kind") == "message":
-            await record_message(services, event)
+            await record_message(fhir, event)
         else:
-            await apply_receipt(services, event)
+            await apply_receipt(fhir, event)
     services.bus.subscribe(TOPIC, messaging_events, consumer=CONSUMER)
 
 
@@ -185,13 +189,12 @@ def _content(message: JSON) -> JSON:
     return {"contentString": f"[{kind} message]"}
 
 
-async def record_message(services: Services, event: Event) -> None:
+async def record_message(fhir: CallerFhir, event: Event) -> None:
     payload = event["payload"]
     message = payload["message"]
     number = str(message.get("from", "")).lstrip("+")
     if not number.isdigit():
         raise RejectedEvent(f"message {message.get('id')} has no sender number")
-    fhir = CallerFhir(services.fhir, SYSTEM)
     patients = await fhir.match_ids("Patient", [("phone", f"+{number},{number}")], MAX_MATCHES)
     name = next((c.get("profile", {}).get("name") for c in payload.get("contacts") or []
                  if isinstance(c, dict) and c.get("wa_id") == number), None)
@@ -251,9 +254,8 @@ def _received(communication: JSON, status: JSON) -> JSON:
     return changed
 
 
-async def apply_receipt(services: Services, event: Event) -> None:
+async def apply_receipt(fhir: CallerFhir, event: Event) -> None:
     status = event["payload"]["status"]
-    fhir = CallerFhir(services.fhir, SYSTEM)
     found = await fhir.search("Communication",
                               [("identifier", f"{MESSAGE_SYSTEM}|{status['id']}")])
     if not found:

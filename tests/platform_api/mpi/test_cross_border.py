@@ -162,6 +162,19 @@ async def test_the_lookup_needs_credentials_and_a_sane_id(clinic: Clinic):
     assert refusal(response) == (422, "VALIDATION_ERROR")
 
 
+async def test_only_staff_who_register_patients_look_them_up_across_borders(
+        clinic: Clinic, exchanges):
+    """The lookup keeps what it finds with the platform's rights: the policy's rule
+    cross-border.lookup decides who may, before the exchange (or the cache) is asked."""
+    for who in ("stranger", "billing", "lab"):
+        response = await clinic.get(who, url("27654321"), country="KE")
+        assert refusal(response) == (403, "FORBIDDEN"), who
+    assert exchanges["KE"].searches == []
+    for who in ("receptionist", "nurse", "platform_admin"):
+        found = data(await clinic.get(who, url("27654321"), country="KE"))
+        assert found["total"] == 1, who
+
+
 async def test_the_lookup_is_served_and_documented_with_named_models(client):
     spec = (await client.get("/openapi.json")).json()
     operation = spec["paths"]["/api/fhir/cross-border/Patient/{national_id}"]["get"]

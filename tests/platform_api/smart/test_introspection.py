@@ -68,7 +68,59 @@ async def test_introspection_needs_a_bearer_token_or_a_confidential_client(
                              f"{confidential['client_secret']}".encode()).decode()
     answer = await client.post("/oauth2/introspect", data={"token": body["access_token"]},
                                headers={"Authorization": f"Basic {basic}"})
-    assert answer.json()["active"] is True
+    # authenticated, but not the token's client: told nothing (RFC 7662 2.1)
+    assert answer.status_code == 200 and answer.json() == {"active": False}
+
+
+async def confidential_token(client: httpx.AsyncClient, clinic: Clinic) -> tuple[JSON, JSON]:
+    """A confidential app (client_secret_post) and a token the doctor authorized for it."""
+    app = await register(client, clinic.platform_admin["headers"],
+                         token_endpoint_auth_method="client_secret_post")
+    scope = "launch/patient offline_access patient/*.rs"
+    authorization = await Browser(client).authorize(app["client_id"], scope,
+                                                    clinic.doctor["user"]["email"],
+                                                    patient=clinic.amina)
+    response = await exchange(client, authorization, app["client_id"],
+                              client_secret=app["client_secret"])
+    assert response.status_code == 200, response.text
+    return app, response.json()
+
+
+async def test_only_the_tokens_own_client_or_an_administrator_learns_about_it(
+        client: httpx.AsyncClient, clinic: Clinic, public_app: JSON) -> None:
+    """Issue 31, result 5: who may introspect a token (RFC 7662 2.1)."""
+    app, body = await confidential_token(client, clinic)
+    token = {"token": body["access_token"]}
+    refresh = {"token": body["refresh_token"]}
+
+    async def ask(form: JSON, headers: dict[str, str] | None = None) -> JSON:
+        answer = await client.post("/oauth2/introspect", data=form, headers=headers or {})
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+    # the token's own client, authenticated as itself: the details
+    own = await ask({**token, "client_id": app["client_id"],
+                     "client_secret": app["client_secret"]})
+    assert own["active"] is True and own["client_id"] == app["client_id"]
+    # ... and presenting its own access token
+    assert (await ask(token, bearer(body["access_token"])))["active"] is True
+    # another client (its own app token, or authenticated as itself): nothing
+    other = await launched(client, clinic, public_app)
+    assert await ask(token, bearer(other["access_token"])) == {"active": False}
+    another = await register(client, clinic.platform_admin["headers"],
+                             token_endpoint_auth_method="client_secret_post")
+    assert await ask({**token, "client_id": another["client_id"],
+                      "client_secret": another["client_secret"]}) == {"active": False}
+    # an ordinary signed-in user, even the one who authorized it: nothing
+    for user in (clinic.doctor, clinic.admin):
+        assert await ask(token, bearer(user["token"])) == {"active": False}
+    # a platform administrator: the details
+    admin = await ask(token, bearer(clinic.platform_admin["token"]))
+    assert admin["active"] is True and admin["client_id"] == app["client_id"]
+    # a refresh token is held to the same rule
+    assert await ask(refresh, bearer(clinic.doctor["token"])) == {"active": False}
+    assert (await ask(refresh, bearer(clinic.platform_admin["token"])))["active"] is True
+    assert (await ask({**refresh, "client_id": app["client_id"],
+                       "client_secret": app["client_secret"]}))["active"] is True
 
 
 async def test_revoking_an_access_token_stops_it_and_a_refresh_token_its_whole_grant(
