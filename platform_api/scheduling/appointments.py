@@ -501,9 +501,11 @@ async def availability(resource_id: Annotated[str, Query(min_length=1, max_lengt
     start, end = day_bounds(day, tz)
     found: list[JSON] = []
     if is_active(actor) and end > now_utc():
-        # Slots are the organization's inventory, not in the caller's grants (a patient
-        # choosing a time reads them too): the free ones are read as the platform.
-        slots_reader = ctx.elevate("appointment.availability: read a resource's free Slots")
+        # Slots are the organization's inventory: its scheduling staff read them as
+        # themselves; anyone else (a patient choosing a time) is shown the free ones
+        # through an elevation.
+        slots_reader = ctx.fhir if ctx.may("schedule.write", organization_of(actor)) else \
+            ctx.elevate("appointment.availability: read a resource's free Slots")
         found = await booking.resource_slots(slots_reader, actor, [
             ("status", "free"), ("start", f"ge{instant(max(start, now_utc()))}"),
             ("start", f"lt{instant(end)}"), ("_sort", "start")])
