@@ -297,18 +297,6 @@ async def require_organization(ctx: ApiContext, org_id: str,
     ctx.authorize(action, org_id)
 
 
-async def require_member(ctx: ApiContext, org_id: str) -> str | None:
-    """TRANSITIONAL (being replaced by ``require_organization`` + ``ctx.authorize``)."""
-    await require_organization(ctx, org_id)
-    return ctx.access.subject.role_in(org_id)
-
-
-def require(condition: bool, message: str = "You do not have permission to do this") -> None:
-    """TRANSITIONAL (being replaced by ``ctx.authorize``)."""
-    if not condition:
-        raise ApiError(403, "FORBIDDEN", message)
-
-
 async def require_patient(ctx: ApiContext, patient_id: str) -> JSON:
     """The patient, when the caller may see it (404 unknown, 403 not theirs to see)."""
     patient = await ctx.fhir.find_json("Patient", patient_id)
@@ -943,7 +931,6 @@ __all__ = [
     "ApiContext", "Duplicate", "Events", "Facade", "FoundPage", "ItemContext",
     "ListCriteria", "OrganizationScope", "PatientScope", "Scope", "SearchParam",
     "StatusTable", "Unique", "Write", "api_context", "create_unique", "is_duplicate",
-    "require", "require_member", "require_organization", "require_patient", "search_page",
-    "staged_body",
+    "require_organization", "require_patient", "search_page", "staged_body",
     "until_stable", "visible_patient",
 ]

@@ -45,6 +45,46 @@ UNCHECKED_ALLOWED = {
 # Every place the platform acts with more rights than its caller: module → the reasons
 # it names (policy.elevate / ctx.elevate / ctx.elevate_unit / elevated_access).
 ELEVATIONS: dict[str, set[str]] = {
+    "platform_api/cross_border.py": {
+        "cross-border.lookup: keep the exchange's Patients and their Provenance"},
+    "platform_api/feedback/routes.py": {
+        "feedback.anonymous: check the organization it is about exists"},
+    "platform_api/marketplace/inventory.py": {
+        "emergency-routing: read every facility's stock of the product"},
+    "platform_api/marketplace/orders.py": {
+        "supply-order.move: update the order and the seller's stock",
+        "supply-order.place: reserve the sellers' stock and store the orders both sides own",
+        "supply-order.place: store the draft order both sides own"},
+    "platform_api/payments/__init__.py": {
+        "payment.initiate: record the payment's PaymentNotice"},
+    "platform_api/payments/ledger.py": {
+        "payment settlement: record the payment's new state in its PaymentNotice"},
+    "platform_api/scheduling/appointments.py": {
+        "appointment notices: read the appointment, its resource and the patient's e-mail "
+        "address",
+        "appointment.availability: read a resource's free Slots",
+        "appointment.cancel: free the appointment's Slots",
+        "appointment.change: take or free the appointment's Slots",
+        "appointment.reschedule: take the new time's Slots, free the old"},
+    "platform_api/scheduling/contacts.py": {
+        "appointment.book: take the Slots and store the booking for the contact given",
+        "appointment.book: take the Slots and store the patient's own appointment"},
+    "platform_api/scheduling/requests.py": {
+        "appointment-request.approve: take the Slots, book the request",
+        "appointment-request.reject: free the Slots, decline the request",
+        "appointment.request: read the free Slots and store the request"},
+    "platform_api/scheduling/schedules.py": {
+        "schedule.write: generate and delete the schedule's Slots"},
+    "platform_api/scheduling/slots.py": {
+        "slot upkeep: generate the Slots of every active schedule's horizon"},
+    "platform_api/scheduling/telemedicine.py": {
+        "appointment.change: finish the visit's Encounter, fulfil the appointment",
+        "appointment.join-video: find or create the visit's Encounter",
+        "video events: record joins, departures and the end of a visit in its Encounter"},
+    "platform_api/webhooks/billing.py": {
+        "billing webhook: check the organization an event names exists"},
+    "platform_api/webhooks/messaging.py": {
+        "messaging webhook: record inbound messages and delivery receipts as Communications"},
     "platform_api/patients/eprescriptions.py": {
         "eprescription transmit: add the pharmacy to the owners of the e-prescription and "
         "its prescription",
