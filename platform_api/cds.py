@@ -104,6 +104,7 @@ from cds_hooks.prefetch import FhirSource, RemoteSource, StoreSource, Unavailabl
 from fhir_server.access import Access
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
+from platform_api import cds_prescribing
 from platform_api.envelope import (
     ApiError,
     Envelope,
@@ -169,8 +170,11 @@ def cds_runtime(services: Services) -> CdsRuntime:
 
 
 async def start_cds(services: Services) -> CdsRuntime:
-    """At startup: the runtime, and the panic-value check of every stored Observation."""
+    """At startup: the runtime, the prescription checks (interactions, allergies,
+    duplicate therapy: :mod:`platform_api.cds_prescribing`) and the panic-value check of
+    every stored Observation."""
     runtime = cds_runtime(services)
+    cds_prescribing.install()
     # A background component: whoever wrote the result, the platform flags it.
     fhir = services.policy.elevate("cds panic values: read each stored Observation and "
                                    "write its critical-result Flag")

@@ -3,13 +3,16 @@ the Patients area (``POST /api/prescriptions/:id/sign``) and clinical decision s
 
 A check is ``async def check(services, medication_request, patient_id) -> list[finding]``
 (``medication_request`` the FHIR MedicationRequest about to be signed); a finding is
-``{severity, description, drugs, recommendation}`` (the drug interaction shape of the
-spec). Every function in :data:`checks` runs on each sign, in order. A finding of
+``{kind, severity, description, drugs, recommendation}`` (the drug interaction shape of
+the spec, with ``kind`` interaction | allergy | duplicate-therapy). Every function in
+:data:`checks` runs on each sign, in order. A finding of
 severity ``high`` or ``critical`` refuses the sign (409 ``DRUG_INTERACTION`` listing the
 findings) unless the prescriber gives an ``override_reason``; every finding is kept with
 the signed prescription (a FHIR DetectedIssue) and shown in its view.
 
-Register with ``checks.append(check)`` (or :func:`register` as a decorator). A check that
+Decision support registers its interaction, allergy and duplicate-therapy checks at
+start-up (:mod:`platform_api.cds_prescribing`); :func:`register` adds a check once (a
+process that starts several apps registers each check once). A check that
 fails is itself a high finding, so the prescriber sees that the check did not run and
 must override knowingly: a broken checker neither blocks prescribing nor is skipped
 silently.
@@ -33,7 +36,8 @@ checks: list[PrescriptionCheck] = []
 
 
 def register(check: PrescriptionCheck) -> PrescriptionCheck:
-    checks.append(check)
+    if check not in checks:
+        checks.append(check)
     return check
 
 
@@ -41,7 +45,8 @@ def _finding(raw: Any) -> JSON:
     """A finding in the agreed shape (what a check left out is filled in)."""
     found = raw if isinstance(raw, dict) else {"description": str(raw)}
     drugs = found.get("drugs") or []
-    return {"severity": str(found.get("severity") or "moderate").lower(),
+    return {"kind": str(found.get("kind") or "interaction"),
+            "severity": str(found.get("severity") or "moderate").lower(),
             "description": str(found.get("description") or "Interaction"),
             "drugs": [str(d) for d in drugs] if isinstance(drugs, list) else [str(drugs)],
             "recommendation": str(found.get("recommendation") or "")}
@@ -57,7 +62,7 @@ async def run_checks(services: Services, medication_request: JSON, patient_id: s
             found = await check(services, medication_request, patient_id)
         except Exception:  # a failed check must not pass unnoticed: see the docstring
             log.exception("prescription check %s failed", name)
-            findings.append({"severity": "high", "drugs": [],
+            findings.append({"kind": "check-failed", "severity": "high", "drugs": [],
                              "description": f"The prescription check {name} could not run",
                              "recommendation": "Check interactions by hand, then sign "
                                                "with an override reason"})

@@ -100,6 +100,8 @@ ELEVATIONS: dict[str, set[str]] = {
     "platform_api/treatments/protocols.py": {
         "treatment protocols: store the shipped protocols",
         "treatment protocol change: look for any treatment started from this version"},
+    "platform_api/cds_prescribing.py": {
+        "prescription checks: read the patient's current medications and allergies"},
     "platform_api/cds.py": {
         "cds: read the stored drug-interaction entries (PlanDefinitions)",
         "cds panic values: read each stored Observation and write its critical-result Flag"},

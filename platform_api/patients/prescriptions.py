@@ -25,15 +25,17 @@ Mapping (/api field → FHIR MedicationRequest):
     recorded_by   → recorder (who wrote the draft); signed_by → requester (who signed, the
                     prescriber responsible); signed_at → authoredOn (a prescription is
                     authored when signed)
-    findings      → the DetectedIssues implicating it (code v3-ActCode DRG, severity high /
-                    moderate / low, ``detail`` the description, ``mitigation`` the
-                    prescriber's override with its reason)
+    findings      → the DetectedIssues implicating it (code v3-ActCode DRG interaction,
+                    ALGY allergy, DUPTHPY duplicate therapy; severity high / moderate /
+                    low, ``detail`` the description, ``mitigation`` the prescriber's
+                    override with its reason)
 
 ``POST /api/prescriptions/:id/sign`` (body ``{override_reason}``): only a doctor
 (``ORG:DOCTOR``) of an organization owning the prescription signs (the access policy's
 ``prescription.sign``); the prescription checks of
-:mod:`platform_api.prescription_checks` run first (drug-drug interactions when decision
-support registered them); a high or critical finding refuses
+:mod:`platform_api.prescription_checks` run first (drug-drug interactions, allergy
+conflicts and duplicate therapy, registered by decision support at start-up); a high or
+critical finding refuses
 with 409 ``DRUG_INTERACTION`` (``error.details`` lists the findings) unless an
 ``override_reason`` is given. Signing writes, in one unit of work, the active
 MedicationRequest, a DetectedIssue per finding and a Provenance carrying the signature
@@ -92,6 +94,11 @@ from platform_api.prescription_checks import refusing, run_checks
 
 GTS = "http://terminology.hl7.org/CodeSystem/v3-GTSAbbreviation"
 ACT_CODE = "http://terminology.hl7.org/CodeSystem/v3-ActCode"
+# What kind of check found it → DetectedIssue.code (v3-ActCode DetectedIssue codes).
+ISSUE_CODES = {"interaction": concept(ACT_CODE, "DRG", "Drug Interaction Alert"),
+               "allergy": concept(ACT_CODE, "ALGY", "Allergy Alert"),
+               "duplicate-therapy": concept(ACT_CODE, "DUPTHPY", "Duplicate Therapy Alert"),
+               "check-failed": concept(ACT_CODE, "DRG", "Drug Interaction Alert")}
 PLAC = concept("http://terminology.hl7.org/CodeSystem/v2-0203", "PLAC", "Placer Identifier")
 NUMBER_SYSTEM = "urn:healthplatform:prescription"
 SIGNATURE_TYPE = coding("urn:iso-astm:E1762-95:2013", "1.2.840.10065.1.12.1.1",
@@ -152,6 +159,8 @@ class PrescriptionCreate(BaseModel):
 
 
 class Finding(BaseModel):
+    kind: str = Field(default="interaction",
+                      description="interaction | allergy | duplicate-therapy | check-failed")
     severity: str
     description: str
     drugs: list[str] = []
@@ -286,7 +295,10 @@ def _dosage_text(dosage: JSON) -> str | None:
 
 
 def finding_of(issue: JSON) -> JSON:
-    return {"severity": issue.get("severity", "moderate"),
+    code = next((c.get("code") for c in (issue.get("code") or {}).get("coding") or []), None)
+    return {"kind": next((k for k, c in ISSUE_CODES.items() if c["coding"][0]["code"] == code),
+                         "interaction"),
+            "severity": issue.get("severity", "moderate"),
             "description": issue.get("detail") or concept_text(issue.get("code")) or "",
             "drugs": [detail.get("display", "") for evidence in issue.get("evidence") or []
                       for detail in evidence.get("detail") or []],
@@ -378,7 +390,8 @@ def detected_issue(finding: JSON, request: JSON, ctx: ApiContext, when: str,
         finding["severity"], "low")
     issue: JSON = {
         "resourceType": "DetectedIssue", "status": "final",
-        "code": concept(ACT_CODE, "DRG", "Drug Interaction Alert"), "severity": severity,
+        "code": ISSUE_CODES.get(finding.get("kind", ""), ISSUE_CODES["interaction"]),
+        "severity": severity,
         "patient": {"reference": request["subject"]["reference"]},
         "identifiedDateTime": when, "detail": finding["description"],
         "implicated": [{"reference": f"MedicationRequest/{request['id']}"}],

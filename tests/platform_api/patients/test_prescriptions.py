@@ -11,11 +11,15 @@ AMOXICILLIN = {"medication": "Amoxicillin 500 mg oral capsule", "rxcui": "308182
                "dosage": "500 mg", "frequency": "three times daily", "duration": "7 days",
                "instructions": "Take after meals; finish the course", "quantity": 21,
                "quantity_unit": "capsule", "refills": 1}
-WARFARIN_ASPIRIN = {"severity": "high", "description": "Increased risk of bleeding",
-                    "drugs": ["Warfarin", "Aspirin"],
-                    "recommendation": "Avoid the combination or monitor INR closely"}
-
-
+# Real medicines of decision support's vocabulary (RxNorm clinical drugs).
+WARFARIN = {"medication": "Warfarin Sodium 5 MG Oral Tablet", "rxcui": "855332",
+            "dosage": "5 mg", "frequency": "once daily", "duration": "30 days"}
+IBUPROFEN = {"medication": "Ibuprofen 400 MG Oral Tablet", "rxcui": "197805",
+             "dosage": "400 mg", "frequency": "three times daily", "duration": "5 days"}
+NAPROXEN = {"medication": "Naproxen 250 mg tablet", "rxcui": "7258", "dosage": "250 mg",
+            "frequency": "twice daily", "duration": "5 days"}
+PARACETAMOL = {"medication": "Paracetamol 500 mg tablet", "rxcui": "161",
+               "dosage": "500 mg", "frequency": "four times daily", "duration": "3 days"}
 async def prescribe(clinic, who=None, **changes):
     response = await clinic.client.post("/api/prescriptions", json={
         "patient_id": clinic.patient_id, **AMOXICILLIN, **changes},
@@ -24,19 +28,26 @@ async def prescribe(clinic, who=None, **changes):
     return response.json()["data"]
 
 
-@pytest.fixture
-def interaction_check():
-    """A check registered the way decision support registers its own; it reports what
-    ``found`` holds and records what it was asked."""
-    asked: list[tuple[dict, str]] = []
-    found: list[dict] = []
+async def signed(clinic, medicine: dict, **body) -> dict:
+    created = await prescribe(clinic, **medicine)
+    response = await clinic.client.post(f"/api/prescriptions/{created['id']}/sign",
+                                        json=body, headers=clinic.doctor["headers"])
+    assert response.status_code == 200, response.text
+    return response.json()["data"]
 
-    async def check(services, medication_request, patient_id):
-        asked.append((medication_request, patient_id))
-        return list(found)
-    prescription_checks.checks.append(check)
-    yield found, asked
-    prescription_checks.checks.remove(check)
+
+async def sign(clinic, medicine: dict, **body):
+    created = await prescribe(clinic, **medicine)
+    response = await clinic.client.post(f"/api/prescriptions/{created['id']}/sign",
+                                        json=body, headers=clinic.doctor["headers"])
+    return created, response
+
+
+async def test_the_started_app_registers_decision_supports_checks(clinic):
+    """Signing runs the checks of decision support, wired at start-up: not a test's."""
+    from platform_api import cds_prescribing
+    assert prescription_checks.checks, "no prescription check is registered"
+    assert set(cds_prescribing.CHECKS) <= set(prescription_checks.checks)
 
 
 async def test_a_prescription_is_a_draft_medication_request_with_a_structured_sig(clinic):
@@ -64,8 +75,7 @@ async def test_a_prescription_is_a_draft_medication_request_with_a_structured_si
         (created["id"], "308182", "draft")]
 
 
-async def test_a_doctor_signs_and_the_signature_is_recorded(clinic, interaction_check):
-    _found, asked = interaction_check
+async def test_a_doctor_signs_and_the_signature_is_recorded(clinic):
     created = await prescribe(clinic, who=clinic.nurse)  # a nurse may draft
     url = f"/api/prescriptions/{created['id']}/sign"
     refused = await clinic.client.post(url, json={}, headers=clinic.nurse["headers"])
@@ -76,8 +86,6 @@ async def test_a_doctor_signs_and_the_signature_is_recorded(clinic, interaction_
     assert (data["status"], data["signed_by"], data["recorded_by"]) == (
         "active", clinic.doctor["user"]["id"], clinic.nurse["user"]["id"])
     assert data["signed_at"] is not None and data["findings"] == []
-    assert asked[0][1] == clinic.patient_id
-    assert asked[0][0]["medicationCodeableConcept"]["text"] == AMOXICILLIN["medication"]
     provenance = (await clinic.fhir(f"Provenance?target=MedicationRequest/{created['id']}"
                                     )).json()["entry"][0]["resource"]
     assert provenance["target"] == [
@@ -89,54 +97,83 @@ async def test_a_doctor_signs_and_the_signature_is_recorded(clinic, interaction_
     assert [e["prescription_id"] for e in signed_events] == [created["id"]]
 
 
-async def test_a_high_interaction_refuses_the_sign_unless_overridden(clinic,
-                                                                     interaction_check):
-    found, _asked = interaction_check
-    found.append(WARFARIN_ASPIRIN)
-    created = await prescribe(clinic, medication="Aspirin 75 mg tablet", rxcui="243670",
-                              dosage="75 mg", frequency="once daily", duration="30 days")
-    url = f"/api/prescriptions/{created['id']}/sign"
-    refused = await clinic.client.post(url, json={}, headers=clinic.doctor["headers"])
-    assert refused.status_code == 409
+async def test_warfarin_then_ibuprofen_is_refused_unless_overridden(clinic):
+    await signed(clinic, WARFARIN)
+    created, refused = await sign(clinic, IBUPROFEN)
+    assert refused.status_code == 409, refused.text
     error = refused.json()["error"]
-    assert error["code"] == "DRUG_INTERACTION" and "bleeding" in error["message"]
-    assert error["details"] == [WARFARIN_ASPIRIN]
+    assert error["code"] == "DRUG_INTERACTION" and "bleeding" in error["message"].lower()
+    [finding] = error["details"]
+    assert (finding["kind"], finding["severity"]) == ("interaction", "high")
+    assert set(finding["drugs"]) == {IBUPROFEN["medication"], WARFARIN["medication"]}
     still = (await clinic.client.get(f"/api/prescriptions/{created['id']}",
                                      headers=clinic.doctor["headers"])).json()["data"]
     assert still["status"] == "draft"
-    reason = "Benefit outweighs the risk; INR monitored weekly"
-    signed = await clinic.client.post(url, json={"override_reason": reason},
-                                      headers=clinic.doctor["headers"])
-    assert signed.status_code == 200, signed.text
-    data = signed.json()["data"]
+    reason = "Short course; INR checked on day 3"
+    overridden = await clinic.client.post(
+        f"/api/prescriptions/{created['id']}/sign", json={"override_reason": reason},
+        headers=clinic.doctor["headers"])
+    assert overridden.status_code == 200, overridden.text
+    data = overridden.json()["data"]
     assert data["status"] == "active" and data["override_reason"] == reason
-    assert data["findings"] == [WARFARIN_ASPIRIN]
+    assert [(f["kind"], f["severity"]) for f in data["findings"]] == [("interaction", "high")]
     issue = (await clinic.fhir(f"DetectedIssue?implicated=MedicationRequest/{created['id']}"
                                )).json()["entry"][0]["resource"]
     assert (issue["severity"], issue["code"]["coding"][0]["code"]) == ("high", "DRG")
+    assert any(m["action"]["text"] == f"Prescriber override: {reason}"
+               for m in issue["mitigation"])
+    events = await clinic.events("platform.prescription.signed")
+    assert events[-1]["overridden"] is True
+
+
+async def test_paracetamol_with_amoxicillin_is_signed_without_findings(clinic):
+    await signed(clinic, PARACETAMOL)
+    data = await signed(clinic, {})  # amoxicillin
+    assert data["status"] == "active" and data["findings"] == []
+
+
+async def test_an_allergy_and_a_duplicate_refuse_the_sign(clinic):
+    allergy = {"resourceType": "AllergyIntolerance",
+               "patient": {"reference": f"Patient/{clinic.patient_id}"},
+               "clinicalStatus": {"coding": [{
+                   "system": "http://terminology.hl7.org/CodeSystem/allergyintolerance-clinical",
+                   "code": "active"}]},
+               "criticality": "high", "code": {"text": "Penicillin"}}
+    stored = await clinic.client.post("/fhir/AllergyIntolerance", json=allergy, headers={
+        **clinic.doctor["headers"], "Content-Type": "application/fhir+json"})
+    assert stored.status_code == 201, stored.text
+    _created, refused = await sign(clinic, {})  # amoxicillin: a penicillin
+    assert refused.status_code == 409
+    [finding] = refused.json()["error"]["details"]
+    assert (finding["kind"], finding["severity"]) == ("allergy", "critical")
+    await signed(clinic, WARFARIN)
+    created, again = await sign(clinic, WARFARIN)
+    assert again.status_code == 409
+    assert [f["kind"] for f in again.json()["error"]["details"]] == ["duplicate-therapy"]
+    await clinic.client.post(f"/api/prescriptions/{created['id']}/sign",
+                             json={"override_reason": "dose split"},
+                             headers=clinic.doctor["headers"])
+    issue = (await clinic.fhir(f"DetectedIssue?implicated=MedicationRequest/{created['id']}"
+                               )).json()["entry"][0]["resource"]
+    assert issue["code"]["coding"][0]["code"] == "DUPTHPY"
 
 
 async def test_moderate_findings_do_not_refuse_and_a_failing_check_must_be_overridden(
-        clinic, interaction_check):
-    found, _asked = interaction_check
-    found.append({**WARFARIN_ASPIRIN, "severity": "moderate"})
-    created = await prescribe(clinic)
-    signed = await clinic.client.post(f"/api/prescriptions/{created['id']}/sign", json={},
-                                      headers=clinic.doctor["headers"])
-    assert signed.status_code == 200 and signed.json()["data"]["findings"][0][
-        "severity"] == "moderate"
-
-    async def broken(services, medication_request, patient_id):
-        raise RuntimeError("interaction database unreachable")
-    prescription_checks.checks.append(broken)
-    try:
-        other = await prescribe(clinic)
-        refused = await clinic.client.post(f"/api/prescriptions/{other['id']}/sign",
-                                           json={}, headers=clinic.doctor["headers"])
-        assert refused.status_code == 409
-        assert "could not run" in refused.json()["error"]["message"]
-    finally:
-        prescription_checks.checks.remove(broken)
+        clinic):
+    await signed(clinic, IBUPROFEN)
+    data = await signed(clinic, NAPROXEN)  # NSAID duplication: moderate
+    assert [(f["kind"], f["severity"]) for f in data["findings"]] == [
+        ("interaction", "moderate")]
+    # A stored interaction entry that cannot be read: the interaction check fails.
+    broken = {"resourceType": "PlanDefinition", "status": "active",
+              "identifier": [{"system": "urn:healthplatform:drug-interaction",
+                              "value": "broken-entry"}]}
+    stored = await clinic.client.post("/fhir/PlanDefinition", json=broken, headers={
+        **clinic.admin["headers"], "Content-Type": "application/fhir+json"})
+    assert stored.status_code == 201, stored.text
+    _created, refused = await sign(clinic, PARACETAMOL)
+    assert refused.status_code == 409
+    assert "could not run" in refused.json()["error"]["message"]
 
 
 async def test_cancel_only_while_not_completed(clinic):
