@@ -24,12 +24,13 @@ Provenances naming any of them):
 
 - what must legally stay (``RETAINED``: prescriptions and dispenses, immunizations,
   adverse events, detected issues, consents, financial records, audit events, tasks and
-  Provenances of what stays) is **pseudonymized**: free text (narrative, notes), the
-  patient's name on references and a Provenance's link to the original message go; the
-  Patient keeps only its id, gender, birth year, its managing organization and a random
-  pseudonym identifier (inactive); consents in force end; then its **history is
-  expunged** (``UnitOfWork.expunge``), as the earlier versions
-  hold what was removed;
+  Provenances of what stays) is **pseudonymized**: every free text but the kept elements
+  (:mod:`.erasure_text`: narrative, notes, descriptions, instructions, string and
+  markdown extensions, attachments' data and titles), the patient's name on references
+  and a Provenance's link to the original message go; the Patient keeps only its id,
+  gender, birth year, its managing organization and a random pseudonym identifier
+  (inactive); consents in force end; then its **history is expunged**
+  (``UnitOfWork.expunge``), as the earlier versions hold what was removed;
 - everything else is **erased**: deleted (subscribers get the deleted event) and expunged
   with its whole history, as if never written; so are the original HL7v2 messages
   (Binary, the Provenances' source) about the patient, which hold their identity as sent,
@@ -99,6 +100,7 @@ from platform_api.patients.allergies import AllergyView
 from platform_api.patients.clinical_records import ClinicalRecordView
 from platform_api.patients.consent import ConsentView
 from platform_api.patients.eprescriptions import EPrescriptionView
+from platform_api.patients.erasure_text import without_free_text
 from platform_api.patients.imaging import ImagingOrderView
 from platform_api.patients.immunizations import ImmunizationView
 from platform_api.patients.journey import TimelineEntryView
@@ -143,7 +145,6 @@ RETAINED: dict[str, str] = {
                      "ExplanationOfBenefit", "Invoice", "PaymentNotice",
                      "PaymentReconciliation"), "financial records: tax law"),
 }
-FREE_TEXT = ("text", "note")  # top-level elements a pseudonymized resource loses
 
 
 class ErasureRequest(BaseModel):
@@ -377,8 +378,7 @@ def pseudonymized(resource: JSON, patient_id: str, when: str) -> JSON:
         if resource.get("birthDate"):
             kept["birthDate"] = resource["birthDate"][:4]
         return with_owners(kept, owner_labels(resource))
-    changed = {k: v for k, v in resource.items() if k not in FREE_TEXT}
-    changed = _without_patient_names(changed, f"Patient/{patient_id}")
+    changed = _without_patient_names(without_free_text(resource), f"Patient/{patient_id}")
     if changed["resourceType"] == "Provenance" and changed.get("entity"):
         # the original messages it names are erased
         changed["entity"] = [e for e in changed["entity"]

@@ -183,3 +183,92 @@ async def test_export_returns_the_record_as_a_bundle_and_in_api_shapes(clinic, a
     await clinic.client.post(f"/api/consent/{built['consent']['id']}/revoke",
                              headers=clinic.patient["headers"])
     assert (await clinic.client.get(url, headers=clinic.outsider["headers"])).status_code == 403
+
+
+MARK = "Erin"  # what identifies the patient in free text: none of it may survive
+
+
+def _narrative(kind: str) -> dict:
+    return {"status": "generated",
+            "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{kind} for {MARK}</div>'}
+
+
+async def kept_records_with_free_text(clinic) -> dict[str, str]:
+    """Records of kinds that must stay, each using free-text elements of every kind."""
+    doctor = clinic.doctor["headers"]
+    fhir_headers = {**doctor, "Content-Type": "application/fhir+json"}
+    subject = {"reference": f"Patient/{clinic.patient_id}"}
+    prescription = (await clinic.client.post("/api/prescriptions", json={
+        "patient_id": clinic.patient_id, **AMOXICILLIN,
+        "instructions": f"{MARK} must finish course", "notes": f"{MARK} prefers capsules"},
+        headers=doctor)).json()["data"]
+    request = (await clinic.fhir(f"MedicationRequest/{prescription['id']}")).json()
+    request["text"] = _narrative("Prescription")
+    request["extension"] = [{"url": "urn:example:comment", "valueString": f"Call {MARK}"},
+                            {"url": "urn:example:coded", "valueCode": "kept"}]
+    request["dosageInstruction"][0]["_patientInstruction"] = {
+        "extension": [{"url": "urn:example:spoken", "valueMarkdown": f"*{MARK}*"}]}
+    updated = await clinic.client.put(f"/fhir/MedicationRequest/{prescription['id']}",
+                                      json=request, headers=fhir_headers)
+    assert updated.status_code == 200, updated.text
+    written = {"MedicationRequest": prescription["id"]}
+    for resource in (
+        {"resourceType": "Immunization", "status": "completed", "patient": subject,
+         "vaccineCode": {"coding": [{"system": "http://hl7.org/fhir/sid/cvx", "code": "08",
+                                     "display": "Hep B"}]},
+         "occurrenceDateTime": "2024-01-10", "lotNumber": "LOT-77",
+         "text": _narrative("Immunization"),
+         "note": [{"authorString": f"Nurse of {MARK}", "text": f"{MARK} fainted"}],
+         "education": [{"documentType": f"Leaflet given to {MARK}",
+                        "presentationDate": "2024-01-10"}],
+         "extension": [{"url": "urn:example:remark", "valueMarkdown": f"**{MARK}**"}]},
+        {"resourceType": "MedicationDispense", "status": "completed", "subject": subject,
+         "medicationCodeableConcept": {"text": "Amoxicillin 500 mg oral capsule"},
+         "note": [{"text": f"Handed to {MARK}'s mother"}],
+         "dosageInstruction": [{"text": f"{MARK}: one capsule three times daily",
+                                "patientInstruction": f"{MARK} takes it after meals"}]},
+        {"resourceType": "AdverseEvent", "actuality": "actual", "subject": subject,
+         "event": {"text": "Rash"}, "text": _narrative("Adverse event"),
+         "extension": [{"url": "urn:example:story", "valueString": f"{MARK} said so"}]},
+        {"resourceType": "Consent", "status": "active", "patient": subject,
+         "scope": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/"
+                               "consentscope", "code": "patient-privacy"}]},
+         "category": [{"coding": [{"system": "http://loinc.org", "code": "59284-0"}]}],
+         "sourceAttachment": {"contentType": "text/plain", "title": f"Form of {MARK}",
+                              "data": "RXJpbiBzaWduZWQ="}},
+    ):
+        stored = await clinic.client.post(f"/fhir/{resource['resourceType']}",
+                                          json=resource, headers=fhir_headers)
+        assert stored.status_code == 201, stored.text
+        written[resource["resourceType"]] = stored.json()["id"]
+    return written
+
+
+async def test_erasure_removes_every_free_text_of_what_stays_and_its_history(clinic, admin):
+    written = await kept_records_with_free_text(clinic)
+    request = await request_erasure(clinic)
+    approved = await clinic.client.post(
+        f"/api/patients/{clinic.patient_id}/dsr/{request['id']}/approve", json={},
+        headers=admin["headers"])
+    assert approved.status_code == 200, approved.text
+    for kind, rid in written.items():
+        current = await clinic.fhir(f"{kind}/{rid}", admin)
+        assert current.status_code == 200, (kind, current.text)
+        history = (await clinic.fhir(f"{kind}/{rid}/_history", admin)).json()
+        assert history["total"] == 1
+        for text in (current.text, str(history)):
+            assert MARK not in text, (kind, text)
+            assert "RXJpbiBzaWduZWQ=" not in text and "div" not in text
+    prescription = (await clinic.fhir(f"MedicationRequest/{written['MedicationRequest']}",
+                                      admin)).json()
+    assert prescription["medicationCodeableConcept"]["text"] == AMOXICILLIN["medication"]
+    assert prescription["extension"] == [{"url": "urn:example:coded", "valueCode": "kept"}]
+    dosage = prescription["dosageInstruction"][0]
+    assert "patientInstruction" not in dosage and "text" not in dosage
+    assert dosage["doseAndRate"][0]["doseQuantity"]["unit"] == "mg"
+    immunization = (await clinic.fhir(f"Immunization/{written['Immunization']}", admin)
+                    ).json()
+    assert immunization["lotNumber"] == "LOT-77" and "note" not in immunization
+    assert immunization["vaccineCode"]["coding"][0]["display"] == "Hep B"
+    consent = (await clinic.fhir(f"Consent/{written['Consent']}", admin)).json()
+    assert consent["sourceAttachment"] == {"contentType": "text/plain"}
