@@ -32,7 +32,8 @@ CREATE / UPDATE / DELETE), and the event ``platform.clinical.record_updated``
 
 ``GET /api/clinical-records/:id/audit`` is the record's history, newest first: one entry
 per unit of work that wrote it (the Encounter's and the note's versions written together
-share their ``lastUpdated``), with who (the Provenance of those versions; none for a
+share their ``lastUpdated``), with who (the Provenance of those versions, whichever of
+them it names: a change of the notes alone names only the note; none for a
 version written through /fhir or HL7v2 without one), when, and what changed (the /api
 fields, before and after), plus the AuditEvents naming the record (``entity``). Whoever
 may read the record may read its trail: the Provenances and AuditEvents are read through
@@ -429,6 +430,10 @@ async def record_audit(record_id: str, page: Pagination = Depends(pagination),
     provenances = await system.search("Provenance", [("target", f"Encounter/{record_id}")])
     note_ids |= {local_id(t, "DocumentReference") or "" for p in provenances
                  for t in p.get("target") or []} - {""}
+    if note_ids:  # a change of the notes alone names only the note in its Provenance
+        seen = {p["id"] for p in provenances}
+        provenances += [p for p in await system.search("Provenance", [("target", ",".join(
+            f"DocumentReference/{n}" for n in sorted(note_ids)))]) if p["id"] not in seen]
     versions = await _versions(ctx, "Encounter", encounter["id"])
     for note_id in sorted(note_ids):
         versions += await _versions(ctx, "DocumentReference", note_id)

@@ -113,6 +113,21 @@ async def test_audit_trail_says_who_changed_what_and_when(clinic):
     assert refused.status_code == 403
 
 
+async def test_a_change_of_the_notes_alone_names_its_author(clinic):
+    record = await create(clinic)
+    url = f"/api/clinical-records/{record['id']}"
+    changed = await clinic.client.put(url, json={"notes": "Afebrile on day 2."},
+                                      headers=clinic.nurse["headers"])
+    assert changed.status_code == 200, changed.text
+    audit = (await clinic.client.get(f"{url}/audit", headers=clinic.doctor["headers"])
+             ).json()
+    latest = next(e for e in audit["data"] if e["source"] == "version")
+    assert (latest["version"], latest["note_version"]) == (None, "2")
+    assert (latest["action"], latest["by"]) == ("updated", clinic.nurse["user"]["id"])
+    assert latest["by_display"]
+    assert [c["field"] for c in latest["changes"]] == ["notes"]
+
+
 async def test_versions_written_through_fhir_show_in_the_trail_without_an_author(clinic):
     record = await create(clinic)
     encounter = (await clinic.fhir(f"Encounter/{record['id']}")).json()
