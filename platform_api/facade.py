@@ -499,6 +499,10 @@ class Facade:
     also: Sequence[str] = ()
     # Stages what a create, update or delete brings with it (see the module docstring).
     alongside: Alongside | None = None
+    # A create whose unit of work fails on a duplicate document (a number ``prepare``
+    # drew from a counter another request claimed first) is prepared and tried again,
+    # in a new unit of work, up to this many times.
+    retries: int = 0
     tags: Sequence[str] = ()
     _router: APIRouter | None = None
     _prefix: str = ""
@@ -574,7 +578,18 @@ class Facade:
 
     async def create_from(self, ctx: ApiContext, payload: JSON) -> JSON:
         """Map, stage, emit and commit a create in the request's unit of work; the stored
-        resource (as committed: no re-read)."""
+        resource (as committed: no re-read). With ``retries``, a duplicate document
+        prepares and tries it again."""
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._create_once(ctx, payload)
+            except DuplicateDocument:
+                if attempt == self.retries:
+                    raise
+                ctx._unit = None  # that unit failed: the next try has its own
+        raise AssertionError("unreachable")
+
+    async def _create_once(self, ctx: ApiContext, payload: JSON) -> JSON:
         if self.prepare is not None:
             payload = await self.prepare(ctx, payload)
         resource = self._mapper()(payload, ctx, None)

@@ -21,8 +21,9 @@ Who a record belongs to is in the record itself, so there are no side documents:
 - a patient an organization registers (``POST /api/organizations/:org_id/patients``) is
   owned by it (``meta.security`` ``urn:healthplatform:organization|<org id>``, see
   ``fhir_server.ownership``) with the organization's MRN as an identifier (unique in the
-  organization: 409 ``MRN_TAKEN``; generated when absent); its members reach it as their
-  role allows, the organization's lists are searches on that label.
+  organization: 409 ``MRN_TAKEN``; generated when absent, ``MRN`` + 7 digits from the
+  organization's counter document, written in the create's unit of work); its members
+  reach it as their role allows, the organization's lists are searches on that label.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import orjson
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, EmailStr, Field
 
-from fhir_server.ownership import OWNER_SYSTEM
 from platform_api.envelope import (
     Envelope,
     ErrorEnvelope,
@@ -44,7 +44,14 @@ from platform_api.envelope import (
     ok,
     pagination,
 )
-from platform_api.facade import ApiContext, Facade, OrganizationScope, Unique, api_context
+from platform_api.facade import (
+    ApiContext,
+    Facade,
+    OrganizationScope,
+    Unique,
+    Write,
+    api_context,
+)
 
 JSON = dict[str, Any]
 USER_SYSTEM = "urn:healthplatform:user"
@@ -52,6 +59,12 @@ PHONE = r"^\+[1-9]\d{6,14}$"
 MRN_TYPE = {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0203",
                         "code": "MR", "display": "Medical record number"}]}
 Gender = Literal["male", "female", "other", "unknown"]
+
+
+# Server-assigned MRNs: each organization's counter document, and a key document per
+# number drawn (the store refuses a second one: the guard against two drawing at once).
+MRN_COUNTERS, MRN_CLAIMS = "mrn_counters", "mrn_claims"
+MRN_NUMBER = "_mrn_number"  # the number drawn, handed from prepare to _claim_mrn
 
 
 def mrn_system(org_id: str) -> str:
@@ -225,27 +238,41 @@ profiles = Facade(
 
 
 async def _next_mrn(ctx: ApiContext, payload: JSON) -> JSON:
-    """The payload with an MRN: the one sent, else the organization's next number."""
+    """The payload with an MRN: the one sent, else the organization's next number from its
+    counter document (one read, never a count of its patients). The number is claimed in
+    the create's unit of work (:func:`_claim_mrn`); a request that drew the same number
+    at the same moment fails on the claim and draws again (the facade's ``retries``)."""
     if payload.get("mrn"):
         return payload
     org_id = ctx.path["org_id"]
-    owned = await ctx.fhir.parse(["Patient"], [("_security", f"{OWNER_SYSTEM}|{org_id}")],
-                                 strict=True)
-    owned.count, owned.total = 0, "accurate"
-    count = (await ctx.fhir.search_page(owned)).total or 0
-    while True:
-        count += 1
-        mrn = f"MRN{count:07d}"
+    counter = await ctx.services.store.get_document(MRN_COUNTERS, org_id)
+    number = int((counter or {}).get("last", 0))
+    while True:  # numbers given by hand (or before the counter) are skipped
+        number += 1
+        mrn = f"MRN{number:07d}"
         taken = await ctx.fhir.match_ids("Patient", [("identifier",
                                                       f"{mrn_system(org_id)}|{mrn}")], 1)
         if not taken:
-            return {**payload, "mrn": mrn}
+            return {**payload, "mrn": mrn, MRN_NUMBER: number}
+
+
+async def _claim_mrn(write: Write) -> JSON:
+    """Stage the counter's new value and the claim of the number drawn, which the store
+    refuses twice (so two registrations cannot commit the same number)."""
+    number = (write.payload or {}).get(MRN_NUMBER)
+    if write.change == "created" and number is not None:
+        org_id = write.ctx.path["org_id"]
+        write.unit.insert_document(MRN_CLAIMS, f"{org_id}:{number}",
+                                   {"id": f"{org_id}:{number}", "patient": write.resource["id"]})
+        write.unit.put_document(MRN_COUNTERS, org_id, {"id": org_id, "last": number})
+    return write.resource
 
 
 org_patients = Facade(
     resource="Patient", name="Patient", create=OrgPatientCreate, view=PatientView,
     to_fhir=org_patient_to_fhir, from_fhir=patient_from_fhir, views=patient_views,
-    scope=OrganizationScope(), prepare=_next_mrn, tags=["patients"],
+    scope=OrganizationScope(), prepare=_next_mrn, alongside=_claim_mrn, retries=50,
+    tags=["patients"],
     unique=Unique(_mrn_identifier, "MRN_TAKEN", "This MRN is already used in this "
                   "organization"),
     summaries={"list": "List the patients registered by an organization",

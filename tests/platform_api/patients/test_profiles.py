@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tests.conftest import register_and_login
@@ -146,6 +147,27 @@ async def test_organization_registers_lists_and_finds_by_mrn(client):
     profile = await client.get(f"/api/patients/{first.json()['data']['id']}",
                                headers=doctor["headers"])
     assert profile.status_code == 200
+
+
+async def test_parallel_registrations_all_get_distinct_server_assigned_mrns(app, client):
+    doctor = await register_and_login(client, first_name="Wanjiru", last_name="Kamau",
+                                      role="DOCTOR")
+    org_id = await _organization(client, doctor)
+    url = f"/api/organizations/{org_id}/patients"
+    # A number given by hand is skipped by the counter, not a 409 for a later patient.
+    taken = await client.post(url, json={**PROFILE, "mrn": "MRN0000002"},
+                              headers=doctor["headers"])
+    assert taken.status_code == 201, taken.text
+    responses = await asyncio.gather(*(
+        client.post(url, json={**PROFILE, "first_name": f"Child{n}"},
+                    headers=doctor["headers"]) for n in range(20)))
+    assert [r.status_code for r in responses] == [201] * 20, [r.text for r in responses]
+    mrns = sorted(r.json()["data"]["mrn"] for r in responses)
+    assert len(set(mrns)) == 20 and "MRN0000002" not in mrns
+    assert mrns[0] == "MRN0000001" and mrns[-1] == "MRN0000021"
+    counter = await app.state.services.store.get_document(
+        "mrn_counters", org_id)
+    assert counter["last"] == 21
 
 
 async def test_lists_and_searches_give_each_patient_its_creation_instant_from_one_query(
