@@ -7,6 +7,8 @@ Mapping (/api field → FHIR Patient element):
     gender         → gender (administrative-gender: male | female | other | unknown)
     phone          → telecom[system=phone, use=mobile].value
     email          → telecom[system=email].value
+    address        → address[use=home]: line, city, district, country (ISO 3166 alpha-2,
+                     upper case); an update sending ``address`` replaces it (null removes)
     mrn (org)      → identifier[type=MR, system=urn:healthplatform:organization:<org>:mrn]
     organization   → managingOrganization (the organization that registered the patient)
     created_at     → meta.lastUpdated of version 1 (the history: one question for a page)
@@ -33,7 +35,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, EmailStr, Field
+from pydantic import BaseModel, EmailStr, Field, field_validator
 
 from platform_api.envelope import (
     Envelope,
@@ -71,6 +73,25 @@ def mrn_system(org_id: str) -> str:
     return f"urn:healthplatform:organization:{org_id}:mrn"
 
 
+class Address(BaseModel):
+    """The patient's home address (FHIR ``Patient.address``, use home)."""
+
+    line: list[str] = Field(default=[], max_length=4, examples=[["Plot 12, Ngong Road"]])
+    city: str | None = Field(default=None, min_length=1, max_length=100,
+                             examples=["Nairobi"])
+    district: str | None = Field(default=None, min_length=1, max_length=100,
+                                 examples=["Kibra"])
+    country: str | None = Field(default=None, pattern=r"^[A-Za-z]{2}$", examples=["KE"],
+                                description="ISO 3166-1 alpha-2 code")
+
+    @field_validator("line")
+    @classmethod
+    def _lines(cls, lines: list[str]) -> list[str]:
+        if any(not line.strip() or len(line) > 200 for line in lines):
+            raise ValueError("each line is 1 to 200 characters")
+        return lines
+
+
 class PatientCreate(BaseModel):
     first_name: str = Field(min_length=1, max_length=100, examples=["Amina"])
     last_name: str = Field(min_length=1, max_length=100, examples=["Odhiambo"])
@@ -78,6 +99,7 @@ class PatientCreate(BaseModel):
     gender: Gender = Field(examples=["female"])
     phone: str | None = Field(default=None, pattern=PHONE, examples=["+254712345678"])
     email: EmailStr | None = None
+    address: Address | None = None
 
 
 class PatientUpdate(BaseModel):
@@ -87,6 +109,8 @@ class PatientUpdate(BaseModel):
     gender: Gender | None = None
     phone: str | None = Field(default=None, pattern=PHONE)
     email: EmailStr | None = None
+    address: Address | None = Field(default=None, description="Replaces the home address "
+                                    "(null removes it)")
 
 
 class OrgPatientCreate(PatientCreate):
@@ -102,6 +126,7 @@ class PatientView(BaseModel):
     gender: str | None = None
     phone: str | None = None
     email: str | None = None
+    address: Address | None = None
     mrn: str | None = None
     organization_id: str | None = None
     created_at: str | None = None
@@ -150,7 +175,37 @@ def patient_to_fhir(payload: JSON, ctx: ApiContext | None, existing: JSON | None
         _set_telecom(patient, "phone", payload["phone"], "mobile")
     if "email" in payload:
         _set_telecom(patient, "email", payload["email"] and str(payload["email"]), None)
+    if "address" in payload:
+        _set_address(patient, payload["address"])
     return patient
+
+
+def _set_address(patient: JSON, address: JSON | None) -> None:
+    """Replace the home address (the first one when none says home); others stay."""
+    addresses = list(patient.get("address") or [])
+    home = next((i for i, a in enumerate(addresses) if a.get("use") == "home"),
+                0 if addresses else None)
+    if home is not None:
+        addresses.pop(home)
+    fhir = {"use": "home", **{k: v for k, v in (address or {}).items() if v}}
+    if fhir.get("country"):
+        fhir["country"] = fhir["country"].upper()
+    if address and len(fhir) > 1:
+        addresses.insert(0, fhir)
+    if addresses:
+        patient["address"] = addresses
+    else:
+        patient.pop("address", None)
+
+
+def _address_view(patient: JSON) -> JSON | None:
+    addresses = [a for a in patient.get("address") or [] if isinstance(a, dict)]
+    home = next((a for a in addresses if a.get("use") == "home"),
+                addresses[0] if addresses else None)
+    if home is None:
+        return None
+    return {"line": home.get("line") or [], "city": home.get("city"),
+            "district": home.get("district"), "country": home.get("country")}
 
 
 def profile_to_fhir(payload: JSON, ctx: ApiContext, existing: JSON | None) -> JSON:
@@ -191,6 +246,7 @@ def patient_from_fhir(patient: JSON, organization_id: str | None = None) -> JSON
         "gender": patient.get("gender"),
         "phone": telecom.get("phone"),
         "email": telecom.get("email"),
+        "address": _address_view(patient),
         "mrn": mrn,
         "organization_id": organization_id or (managing.removeprefix("Organization/") or None),
         "created_at": None,

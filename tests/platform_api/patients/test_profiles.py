@@ -149,6 +149,34 @@ async def test_organization_registers_lists_and_finds_by_mrn(client):
     assert profile.status_code == 200
 
 
+async def test_an_address_is_written_viewed_and_replaced(client):
+    doctor = await register_and_login(client, first_name="Wanjiru", last_name="Kamau",
+                                      role="DOCTOR")
+    org_id = await _organization(client, doctor)
+    address = {"line": ["Plot 12, Ngong Road"], "city": "Nairobi", "district": "Kibra",
+               "country": "ke"}
+    created = await client.post(f"/api/organizations/{org_id}/patients",
+                                json={**PROFILE, "address": address}, headers=doctor["headers"])
+    assert created.status_code == 201, created.text
+    patient = created.json()["data"]
+    assert patient["address"] == {**address, "country": "KE"}
+    fhir = (await client.get(f"/fhir/Patient/{patient['id']}", headers=doctor["headers"])
+            ).json()
+    assert fhir["address"] == [{"use": "home", "line": ["Plot 12, Ngong Road"],
+                                "city": "Nairobi", "district": "Kibra", "country": "KE"}]
+    url = f"/api/patients/{patient['id']}"
+    moved = await client.post(url, json={"address": {"city": "Kisumu", "country": "KE"}},
+                             headers=doctor["headers"])
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["data"]["address"] == {"line": [], "city": "Kisumu",
+                                               "district": None, "country": "KE"}
+    viewed = (await client.get(url, headers=doctor["headers"])).json()["data"]
+    assert viewed["address"]["city"] == "Kisumu" and viewed["phone"] == PROFILE["phone"]
+    bad = await client.post(url, json={"address": {"country": "Kenya"}},
+                           headers=doctor["headers"])
+    assert bad.status_code == 422 and "country" in bad.json()["error"]["field"]
+
+
 async def test_parallel_registrations_all_get_distinct_server_assigned_mrns(app, client):
     doctor = await register_and_login(client, first_name="Wanjiru", last_name="Kamau",
                                       role="DOCTOR")
