@@ -14,8 +14,11 @@ routing.
   Events ``platform.marketplace.stock_adjusted``, and ``platform.marketplace.stock_low``
   when on hand falls below the reorder level.
 - ``POST …/inventory/sync``: the facility's counts from the external stock system
-  (``HEALTHPLATFORM_MARKETPLACE_STOCK_SYSTEM_URL``; products matched by GTIN) replace the
-  lots' quantities: each changed record is one count-correction.
+  (``HEALTHPLATFORM_MARKETPLACE_STOCK_SYSTEM_URL``; products matched by GTIN) are the
+  facility's whole stock: reported lots get their counts, lots and products it no longer
+  reports go to zero (a product named by a rejected row, or with no GTIN to be named by,
+  is left alone); each changed record is one count-correction with its
+  ``platform.marketplace.stock_adjusted`` event.
 - ``POST …/emergency-routing``: the facilities holding at least ``quantity`` unexpired
   units of a product, nearest first (great-circle distance from the Location's
   position), then the largest stock. It compares every facility's stock, so it reads as
@@ -259,12 +262,17 @@ async def sync_stock(body: StockSync, ctx: ApiContext = Depends(api_context)) ->
         entry = counted.setdefault(f"{product['resourceType']}/{product['id']}", (product, []))
         entry[1].append((str(lot), expiry[:10], quantity))
     updated = unchanged = 0
+    held = await _unreported_stock(ctx, place["id"], counted, rejected, items)
     unit = ctx.fhir.unit()
     async with unit:
-        for product_ref, (product, lots) in counted.items():
+        for product_ref, (product, lots) in [*counted.items(), *held.items()]:
             current = await find_stock(ctx.fhir, place["id"], product_ref)
             stock = stock_of(current) if current else Stock()
             before = [(lot.lot, lot.expiry, lot.quantity) for lot in stock.lots]
+            reported = {lot_number for lot_number, _e, _q in lots}
+            for lot in stock.lots:  # the stock system's list is the whole stock
+                if lot.lot not in reported:
+                    lot.quantity = 0
             for lot_number, expiry, quantity in lots:
                 existing = stock.lot(lot_number)
                 if existing is None:
@@ -277,11 +285,41 @@ async def sync_stock(body: StockSync, ctx: ApiContext = Depends(api_context)) ->
             delta = stock.on_hand - sum(q for _l, _e, q in before)
             changed = with_stock(current or new_record(place, product), stock, {
                 "reason": "count-correction", "delta": delta, "by": "stock-system"})
-            await write_stock(ctx, unit, current, changed)
+            staged = await write_stock(ctx, unit, current, changed)
+            unit.emit(TOPIC + "stock_adjusted", {
+                **low_event({**changed, "id": staged.id}), "reason": "count-correction",
+                "delta": delta}, source_service="marketplace")
             updated += 1
         await unit.commit()
     return ok(StockSyncView(facility_id=place["id"], updated=updated, unchanged=unchanged,
                             rejected=rejected).model_dump())
+
+
+async def _unreported_stock(ctx: ApiContext, facility_id: str,
+                            counted: dict[str, tuple[JSON, list[tuple[str, str, int]]]],
+                            rejected: list[SyncRejected], items: list[JSON]
+                            ) -> dict[str, tuple[JSON, list[tuple[str, str, int]]]]:
+    """The facility's stock records of products the stock system no longer reports (each
+    with no lot: all go to zero). A product named by a rejected row is left as it is: the
+    row may have been its count."""
+    unsure = {str(items[r.index].get("gtin")) for r in rejected
+              if isinstance(items[r.index], dict)}
+    records = await ctx.fhir.search("SupplyDelivery", [
+        STOCK_CRITERIA, ("_tag", f"{FACILITY_TAG}|{facility_id}")])
+    held: dict[str, tuple[JSON, list[tuple[str, str, int]]]] = {}
+    for record in records:
+        product_ref = str(((record.get("suppliedItem") or {}).get("itemReference") or {}
+                           ).get("reference") or "")
+        if not product_ref or product_ref in counted or not stock_of(record).on_hand:
+            continue
+        kind, _, product_id = product_ref.partition("/")
+        product = await ctx.fhir.find_json(kind, product_id) if kind in (
+            "Medication", "Device") else None
+        gtins = {str(i.get("value")) for i in (product or {}).get("identifier") or []
+                 if i.get("system") == GTIN_SYSTEM}
+        if product is not None and gtins and not gtins & unsure:
+            held[product_ref] = (product, [])
+    return held
 
 
 # -- emergency routing ---------------------------------------------------------------------------

@@ -171,3 +171,36 @@ async def test_each_move_of_an_order_is_for_the_roles_the_policy_names(market):
         made = await market.post(made_by, url, {"to": move})
         assert made.status_code == 200, (move, made_by, made.text)
         assert made.json()["data"]["status"] == move
+
+
+async def test_inventory_sync_replaces_the_whole_stock_of_the_facility(market, suppliers):
+    events = market.recorded("platform.marketplace.stock_adjusted")
+    await receive(market, "AMX-500-100", 30, lot="A", expiry="2030-01-31")
+    await receive(market, "AMX-500-100", 17, lot="B", expiry="2030-06-30")
+    await receive(market, "ORS-20", 20, lot="O1", expiry="2030-03-31")
+    await receive(market, "GLV-M-100", 10, lot="G1", expiry="2031-01-31")  # has no GTIN
+    suppliers.stock["MNHC-STORE"] = [
+        {"gtin": "06151100012345", "lot": "A", "expiry": "2030-01-31", "quantity": 40},
+        {"gtin": "06151100054321", "lot": "O1", "expiry": "2030-03-31", "quantity": -1}]
+    body = {"facility_id": market.facilities["mathare"]}
+    synced = (await market.post("seller_pharmacist", "/api/marketplace/inventory/sync",
+                                body)).json()["data"]
+    assert synced["updated"] == 1 and [r["field"] for r in synced["rejected"]] == ["quantity"]
+
+    async def on_hand() -> dict[str, int]:
+        listed = (await market.get("seller_pharmacist", "/api/marketplace/inventory",
+                                   facility_id=market.facilities["mathare"])).json()["data"]
+        names = {p["id"]: sku for sku, p in market.products.items()}
+        return {names[s["product_id"]]: s["on_hand"] for s in listed}
+    # Lot B is no longer reported: 40, not 47; ORS's count was rejected: left as it was.
+    assert await on_hand() == {"AMX-500-100": 40, "ORS-20": 20, "GLV-M-100": 10}
+    suppliers.stock["MNHC-STORE"] = [
+        {"gtin": "06151100012345", "lot": "A", "expiry": "2030-01-31", "quantity": 40}]
+    again = (await market.post("seller_pharmacist", "/api/marketplace/inventory/sync",
+                               body)).json()["data"]
+    assert (again["updated"], again["unchanged"]) == (1, 1)
+    assert await on_hand() == {"AMX-500-100": 40, "ORS-20": 0, "GLV-M-100": 10}
+    await market.drain()
+    corrections = [e["payload"] for e in events
+                   if e["payload"].get("reason") == "count-correction"]
+    assert [c.get("delta") for c in corrections] == [-7, -20]
