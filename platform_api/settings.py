@@ -214,6 +214,18 @@ class Settings(BaseSettings):
     mobile_money_b_currencies: list[str] = Field(
         default_factory=lambda: ["UGX", "GHS", "RWF", "ZMW", "XAF", "XOF", "EUR"])
     mobile_money_b_callback_ips: list[str] = Field(default_factory=list)
+    # Mobile money provider C: collection settled by polling, no callback (Airtel Money
+    # style); one country and currency per merchant account
+    mobile_money_c_base_url: str = ""
+    mobile_money_c_client_id: str = ""
+    mobile_money_c_client_secret: str = ""
+    mobile_money_c_country: str = Field(default="UG", pattern=r"^[A-Z]{2}$")
+    mobile_money_c_currency: str = Field(default="UGX", pattern=r"^[A-Z]{3}$")
+    mobile_money_c_dialing_code: str = Field(default="256", pattern=r"^[1-9]\d{0,3}$")
+    mobile_money_c_poll_interval_seconds: float = Field(
+        default=5.0, gt=0, description="Seconds between status polls of pending payments")
+    mobile_money_c_poll_timeout_seconds: float = Field(
+        default=180.0, gt=0, description="A payment still pending by then is timed out")
     mobile_money_timeout_seconds: float = Field(
         default=300.0, gt=0, description="A payment with no callback by then is queried, "
         "then timed out")

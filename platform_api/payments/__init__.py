@@ -8,8 +8,10 @@ The provider's callback (``/api/payments/webhooks/mobile-money-a|b``,
 confirms it; a payment with no callback by ``HEALTHPLATFORM_MOBILE_MONEY_TIMEOUT_SECONDS``
 is queried and settled, or timed out (:mod:`platform_api.payments.ledger`).
 
-Payload: ``provider`` (``mobile-money-a`` | ``mobile-money-b``, configured on this
-server), ``phone`` (E.164, ``+254712345678``; provider A takes Kenyan numbers),
+Payload: ``provider`` (``mobile-money-a`` | ``mobile-money-b`` | ``mobile-money-c``,
+configured on this server; C has no callback and is settled by polling,
+:mod:`platform_api.payments.polled`), ``phone`` (E.164, ``+254712345678``; provider A
+takes Kenyan numbers),
 ``amount`` (a positive decimal — a JSON number or a string, read as a decimal, never as a
 binary float; at most 12 digits; whole units for currencies without minor units and for
 provider A), ``currency`` (ISO 4217, one the provider takes: KES for A, the configured
@@ -68,7 +70,7 @@ from platform_api.auth.dependencies import current_principal
 from platform_api.auth.principal import Principal
 from platform_api.envelope import ApiError, Envelope, conflict, created, not_found, ok
 from platform_api.facade import ApiContext, api_context
-from platform_api.payments import ledger
+from platform_api.payments import ledger, polled
 from platform_api.payments.ledger import PAYMENTS, Sweeper, providers_of
 from platform_api.payments.providers import (
     PENDING,
@@ -83,6 +85,7 @@ JSON = dict[str, Any]
 E164 = r"^\+[1-9]\d{7,14}$"
 ORDER_ID = r"^[A-Za-z0-9._:-]{1,64}$"
 SWEEPER = "mobile_money_sweeper"
+POLLER = "mobile_money_poller"
 
 
 class DecimalJsonRequest(Request):
@@ -187,7 +190,8 @@ async def initiate_payment(body: PaymentInitiate, request: Request,
         "initiated_by": principal.user_id, "callback_token_sha256": ledger.token_digest(token),
         "provider_reference": None, "created_at": ledger._instant(now),
         "updated_at": ledger._instant(now),
-        "expires_at": ledger.deadline(now, services.settings.mobile_money_timeout_seconds),
+        "expires_at": ledger.deadline(now, getattr(provider, "settle_within_seconds", None)
+                                      or services.settings.mobile_money_timeout_seconds),
         "history": [{"state": PENDING, "at": ledger._instant(now), "via": "initiate"}],
     }
     try:  # the order is reserved before the provider is called: one charge per order
@@ -266,6 +270,8 @@ async def payment_status(order_id: Annotated[str, Path(pattern=ORDER_ID)],
 def install(services: Services) -> None:
     """The configured providers and the consumer of their callbacks."""
     providers_of(services).update(configured_providers(services.settings))
+    if services.settings.mobile_money_c_base_url:
+        providers_of(services)[polled.NAME] = polled.PolledProvider(services.settings)
 
     async def mobile_money_callbacks(event: Any) -> None:
         await ledger.confirm_callback(services, event)
@@ -277,11 +283,17 @@ async def start(services: Services) -> None:
     sweeper = Sweeper(services)
     sweeper.start()
     services.extras[SWEEPER] = sweeper
+    poller = polled.Poller(services)
+    poller.start()
+    services.extras[POLLER] = poller
 
 
 async def stop(services: Services) -> None:
     sweeper = services.extras.pop(SWEEPER, None)
     if sweeper is not None:
         await sweeper.stop()
+    poller = services.extras.pop(POLLER, None)
+    if poller is not None:
+        await poller.stop()
     for provider in providers_of(services).values():
         await provider.close()

@@ -1,4 +1,4 @@
-"""Local stand-ins for the two mobile money providers: small Starlette apps served by
+"""Local stand-ins for the three mobile money providers: small Starlette apps served by
 uvicorn on a free port, speaking each provider's API as its documentation describes
 (OAuth token, payment request, status query), recording what they were asked and
 answering as a test sets them up."""
@@ -212,6 +212,95 @@ class RequestToPayStandIn(StandIn):
         if reason:
             entry["reason"] = reason
         return dict(entry)
+
+
+@dataclass
+class PolledCollectionStandIn(StandIn):
+    """Provider C: Airtel Money collections style (oauth2 token, payments, their status);
+    no callback. A transaction id is taken once: the same request again answers the same
+    transaction (the client's retry), another request with that id is refused."""
+
+    client_id: str = "kliniki-client-c"
+    client_secret: str = "kliniki-client-secret-c"
+    country: str = "UG"
+    currency: str = "UGX"
+    transactions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fail_after_taking: int = 0  # the next payment requests taken but answered 500
+    status_calls: int = 0
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/auth/oauth2/token", self.token, methods=["POST"]),
+            Route("/merchant/v1/payments/", self.pay, methods=["POST"]),
+            Route("/standard/v1/payments/{id}", self.status, methods=["GET"]),
+        ])
+
+    @staticmethod
+    def _status(code: str, message: str, success: bool) -> dict[str, Any]:
+        return {"code": code, "message": message, "result_code": "ESB000010" if success
+                else "ESB000001", "success": success}
+
+    def _allowed(self, request: Request) -> bool:
+        return self.bearer_ok(request) and request.headers.get("x-country") == \
+            self.country and request.headers.get("x-currency") == self.currency
+
+    async def token(self, request: Request) -> Response:
+        body = await request.json()
+        if (body.get("client_id"), body.get("client_secret"), body.get("grant_type")) != (
+                self.client_id, self.client_secret, "client_credentials"):
+            return JSONResponse({"error": "invalid_client",
+                                 "error_description": "Client authentication failed"}, 401)
+        return JSONResponse({"access_token": self.issue(), "expires_in": "180",
+                             "token_type": "bearer"})
+
+    async def pay(self, request: Request) -> Response:
+        if not self._allowed(request):
+            return JSONResponse({"status": self._status("401", "Unauthorized", False)}, 401)
+        body = await request.json()
+        if self.refuse_with is not None:
+            status, answer = self.refuse_with
+            self.refuse_with = None
+            return JSONResponse(answer, status)
+        transaction = body.get("transaction") or {}
+        reference = str(transaction.get("id", ""))
+        if not reference or not isinstance(transaction.get("amount"), int) or \
+                not re.fullmatch(r"\d{9}", str((body.get("subscriber") or {}).get("msisdn"))):
+            return JSONResponse({"status": self._status("400", "Invalid request", False)}, 400)
+        self.requests.append(body)
+        known = self.transactions.get(reference)
+        if known is not None and known["request"] != body:
+            return JSONResponse({"status": self._status(
+                "400", "Duplicate transaction id", False)}, 400)
+        if known is None:
+            self.transactions[reference] = {"request": body, "status": "TIP",
+                                            "message": "In process"}
+        if self.fail_after_taking:
+            self.fail_after_taking -= 1
+            return JSONResponse({"status": self._status("500", "Internal error", False)}, 500)
+        return JSONResponse({"data": {"transaction": {"id": reference, "status": "Success."}},
+                             "status": self._status("200", "Success.", True)})
+
+    async def status(self, request: Request) -> Response:
+        if not self._allowed(request):
+            return JSONResponse({"status": self._status("401", "Unauthorized", False)}, 401)
+        self.status_calls += 1
+        reference = request.path_params["id"]
+        found = self.transactions.get(reference)
+        if found is None:
+            return JSONResponse({"status": self._status("404", "Transaction not found",
+                                                        False)}, 404)
+        transaction = {"id": reference, "status": found["status"],
+                       "message": found["message"]}
+        if found["status"] == "TS":
+            transaction["airtel_money_id"] = found["receipt"]
+        return JSONResponse({"data": {"transaction": transaction},
+                             "status": self._status("200", "Success.", True)})
+
+    def settle(self, reference: str, status: str, message: str = "",
+               receipt: str = "MP210603.1234.L06941") -> None:
+        """The customer approved (``TS``) or the payment failed (``TF``)."""
+        entry = self.transactions[reference]
+        entry.update(status=status, message=message or status, receipt=receipt)
 
 
 @asynccontextmanager
