@@ -19,6 +19,7 @@ Seeds are fixed, so the file is the same on every run with the same library vers
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -26,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
-import sklearn
 import skl2onnx
+import sklearn
 from skl2onnx import to_onnx
 from sklearn.datasets import load_breast_cancer
 from sklearn.linear_model import LogisticRegression
@@ -78,7 +79,7 @@ def threshold_for(y: np.ndarray, p: np.ndarray, sensitivity: float) -> float:
 def reliability(y: np.ndarray, p: np.ndarray, bins: int = 5) -> list[dict[str, object]]:
     edges = np.linspace(0, 1, bins + 1)
     table = []
-    for low, high in zip(edges[:-1], edges[1:], strict=True):
+    for low, high in itertools.pairwise(edges):
         inside = (p >= low) & ((p < high) if high < 1 else (p <= high))
         if inside.any():
             table.append({"bin": f"{low:.1f}-{high:.1f}", "n": int(inside.sum()),
@@ -91,7 +92,7 @@ def evaluate(y: np.ndarray, p: np.ndarray, threshold: float) -> dict[str, object
     flagged = p >= threshold
     tp, fn = int((flagged & (y == 1)).sum()), int((~flagged & (y == 1)).sum())
     tn, fp = int((~flagged & (y == 0)).sum()), int((flagged & (y == 0)).sum())
-    return {"n": int(len(y)), "malignant": int(y.sum()), "auc": round(float(
+    return {"n": len(y), "malignant": int(y.sum()), "auc": round(float(
         roc_auc_score(y, p)), 4), "threshold": threshold,
         "sensitivity": round(tp / (tp + fn), 4), "specificity": round(tn / (tn + fp), 4),
         "confusion": {"true_positive": tp, "false_negative": fn, "true_negative": tn,
@@ -147,7 +148,7 @@ def main() -> int:
                              "International Symposium on Electronic Imaging, vol. 1905, "
                              "pp. 861-870.",
                  "split": {"method": "stratified train_test_split", "test_size": TEST_SIZE,
-                           "random_state": SEED, "train_rows": int(len(y_train)),
+                           "random_state": SEED, "train_rows": len(y_train),
                            "held_out_rows": sorted(int(i) for i in i_test)}},
         "model": {"pipeline": "StandardScaler -> LogisticRegression(C=1.0, L2)",
                   "training": f"scikit-learn {sklearn.__version__}, skl2onnx "
