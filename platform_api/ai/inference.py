@@ -396,13 +396,14 @@ async def _cancer_from_features(ctx: ApiContext, body: CancerDetectionRequest,
         session = await session_for(ctx.services, device)
     spec = session.get_inputs()[0]
     row, used = feature_row(view, features, None, DTYPES.get(spec.type, np.float32))
-    predictions = await predict(session, view, row if len(spec.shape) == 1
-                                else row.reshape(1, -1), body.top)
+    ranked = await predict(session, view, row if len(spec.shape) == 1
+                           else row.reshape(1, -1), 100)
+    predictions = ranked[:body.top]
     answer = _answer("cancer-detection", view, predictions, body.patient_id)
     if shipped:
         card = defaults.card("cancer-detection")
         held_out = card["evaluation_held_out"]
-        positive = next(p["score"] for p in predictions if p["label"] == "malignant")
+        positive = next(p["score"] for p in ranked if p["label"] == "malignant")
         answer |= {"threshold": card["threshold"], "classification": "malignant"
                    if positive >= card["threshold"] else "benign"}
         basis = Basis(kind="model", name=view["name"], version=view["version"], source=(

@@ -79,6 +79,12 @@ async def test_a_cancer_detection_answer_says_what_it_is_based_on(clinic):
                                 {"features": {"mean_radius": 17.99}})
     assert refusal(missing) == (422, "VALIDATION_ERROR")
     assert "missing mean_texture" in missing.json()["error"]["message"]
+    benign_row = next(r for r in CARD["data"]["split"]["held_out_rows"]
+                      if load_breast_cancer().target[r] == 1)
+    top_one = data(await clinic.post("doctor", "/api/ai/cancer-detection",
+                                     {"features": cytology(benign_row), "top": 1}))
+    assert [p["label"] for p in top_one["predictions"]] == ["benign"]
+    assert top_one["classification"] == "benign"
     both = await clinic.post("doctor", "/api/ai/cancer-detection",
                              {"features": cytology(0), "image": png((1, 2, 3))})
     assert both.status_code == 422
