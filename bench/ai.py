@@ -12,6 +12,9 @@ median and 95th percentile of ``--calls`` calls each, every call audited):
 - ``cancer_detection``: ``POST /api/ai/cancer-detection`` with a 640x480 PNG (base64
   decoding, Pillow's decode and resize, the run, the AuditEvent written);
 - ``diagnosis``: ``POST /api/ai/diagnosis`` with named features;
+- ``diagnosis_knowledge_base`` and ``cancer_detection_shipped``: the same calls before any
+  upload, answered by what ships (the WHO IMCI/IMAI rules over 4 findings of a
+  3-year-old; the cytology model over a Wisconsin aspirate's 30 features);
 - ``lab_interpretation``: a 3-result full blood count (reference ranges, panic table,
   delta checks, patterns: one FHIR read and searches per result);
 - ``risk_stratification``: all five scores from a record with vital signs, conditions,
@@ -44,6 +47,7 @@ import onnxruntime
 from asgi_lifespan import LifespanManager
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
+from sklearn.datasets import load_breast_cancer
 
 from platform_api.app import create_app
 from platform_api.settings import Settings
@@ -127,18 +131,6 @@ async def setup(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
     patient = (await client.post(f"/api/organizations/{org}/patients", headers=headers, json={
         "first_name": "Amina", "last_name": "Odhiambo", "date_of_birth": "1960-04-12",
         "gender": "female", "mrn": "B-1"})).json()["data"]["id"]
-    await login(client, "admin@kliniki.example", "Grace")
-    await app.state.services.auth.create_admin("admin@kliniki.example", PASSWORD, "Grace",
-                                               "Bench")
-    admin = await login(client, "admin@kliniki.example", "Grace")
-    for task, content, labels, features in (
-            ("diagnosis", diagnosis_model(), "malaria,typhoid", "temperature,wbc,platelets"),
-            ("cancer-detection", image_model(), "benign,malignant", "")):
-        answer = await client.post("/api/ai/models", headers=admin, data={
-            "task": task, "version": "1.0.0", "name": task, "licence": "Apache-2.0",
-            "labels": labels, "features": features, "output_activation": "softmax"},
-            files={"file": ("model.onnx", content, "application/octet-stream")})
-        assert answer.status_code == 201, answer.text
     results = [await write(client, headers, observation(patient, code, value, unit, ago(60)))
                for code, value, unit in (("718-7", 9.1, "g/dL"), ("787-2", 68, "fL"),
                                          ("777-3", 250, "10*3/uL"))]
@@ -160,6 +152,21 @@ async def setup(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
         "subject": {"reference": f"Patient/{patient}"},
         "result": [{"reference": f"Observation/{r}"} for r in results]})
     return {"headers": headers, "patient": patient, "report": report}
+
+
+async def register_models(app: Any, client: httpx.AsyncClient) -> None:
+    await login(client, "admin@kliniki.example", "Grace")
+    await app.state.services.auth.create_admin("admin@kliniki.example", PASSWORD, "Grace",
+                                               "Bench")
+    admin = await login(client, "admin@kliniki.example", "Grace")
+    for task, content, labels, features in (
+            ("diagnosis", diagnosis_model(), "malaria,typhoid", "temperature,wbc,platelets"),
+            ("cancer-detection", image_model(), "benign,malignant", "")):
+        answer = await client.post("/api/ai/models", headers=admin, data={
+            "task": task, "version": "1.0.0", "name": task, "licence": "Apache-2.0",
+            "labels": labels, "features": features, "output_activation": "softmax"},
+            files={"file": ("model.onnx", content, "application/octet-stream")})
+        assert answer.status_code == 201, answer.text
 
 
 async def timed(call: Callable[[], Awaitable[httpx.Response]], n: int) -> dict[str, float]:
@@ -202,8 +209,19 @@ async def main(calls: int) -> dict[str, Any]:
 
             def post(path: str, body: dict[str, Any]) -> Callable[[], Awaitable[httpx.Response]]:
                 return lambda: client.post(path, headers=headers, json=body)
+            sample = load_breast_cancer()
+            aspirate = {name.replace(" ", "_"): float(value) for name, value in
+                        zip(sample.feature_names, sample.data[0], strict=True)}
+            shipped = {
+                "diagnosis_knowledge_base": await timed(post("/api/ai/diagnosis", {
+                    "patient_id": patient, "features": {
+                        "age_years": 3, "cough_or_difficult_breathing": 1,
+                        "respiratory_rate": 48, "fever": 1}}), calls),
+                "cancer_detection_shipped": await timed(post("/api/ai/cancer-detection", {
+                    "patient_id": patient, "features": aspirate}), calls)}
+            await register_models(app, client)
             figures = {
-                "calls": calls, "session_run_ms": session_run(calls),
+                "calls": calls, "session_run_ms": session_run(calls), **shipped,
                 "cancer_detection": await timed(post("/api/ai/cancer-detection", {
                     "image": image, "patient_id": patient}), calls),
                 "diagnosis": await timed(post("/api/ai/diagnosis", {

@@ -94,8 +94,10 @@ async def test_upload_refusals(clinic):
 async def test_diagnosis_runs_the_active_model(clinic):
     body = {"patient_id": clinic.patient_id,
             "features": {"temperature": 39.5, "wbc": 4.0, "platelets": 90}}
-    assert refusal(await clinic.post("doctor", "/api/ai/diagnosis", body)) == (
-        409, "NO_ACTIVE_MODEL")
+    # before any upload the shipped knowledge base answers, and it has no "wbc" finding
+    before = await clinic.post("doctor", "/api/ai/diagnosis", body)
+    assert refusal(before) == (422, "VALIDATION_ERROR")
+    assert "unknown platelets, wbc" in before.json()["error"]["message"]
     model = data(await upload(clinic, diagnosis_model()), 201)
     answer = data(await clinic.post("doctor", "/api/ai/diagnosis", body))
     expected = expected_probabilities([39.5, 4.0, 90])
@@ -125,7 +127,7 @@ async def test_diagnosis_runs_the_active_model(clinic):
 async def test_cancer_detection_runs_on_an_image(clinic):
     image_body = {"image": png((220, 40, 40)), "content_type": "image/png"}
     assert refusal(await clinic.post("doctor", "/api/ai/cancer-detection", image_body)) == (
-        409, "NO_ACTIVE_MODEL")
+        409, "NO_IMAGE_MODEL")
     data(await upload(clinic, image_model(), task="cancer-detection", features="",
                       labels="benign,malignant", name="Lesion colour screen"), 201)
     red = data(await clinic.post("doctor", "/api/ai/cancer-detection",
@@ -168,8 +170,9 @@ async def test_a_model_larger_than_the_limit_is_refused(clinic, app):
 async def test_decision_support_needs_a_clinical_role_in_any_organization(clinic, who, allowed):
     """``ai.decision-support`` (``any_role``): a doctor, nurse, lab or administrator of any
     organization (another clinic's administrator too: the patient's own visibility is a
-    separate check), or a platform administrator; the allowed go on to find no model."""
+    separate check), or a platform administrator; the allowed go on to find no image
+    model."""
     answer = await clinic.post(who, "/api/ai/cancer-detection",
                                {"image": png((220, 40, 40)), "content_type": "image/png"})
-    assert refusal(answer) == ((409, "NO_ACTIVE_MODEL") if allowed else
+    assert refusal(answer) == ((409, "NO_IMAGE_MODEL") if allowed else
                                (403, "CLINICAL_ROLE_REQUIRED"))
