@@ -11,7 +11,7 @@ property the CodeSystem defines.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,29 +117,23 @@ class CodeSystemIndex:
         return concept
 
     def ancestors(self, code: str) -> set[str]:
-        found: set[str] = set()
-        pending = [code]
-        while pending:
-            concept = self.concepts.get(pending.pop())
-            if concept is None:
-                continue
-            for parent in concept.parents:
-                if parent not in found:
-                    found.add(parent)
-                    pending.append(parent)
-        return found
+        return self._closure(code, lambda concept: concept.parents)
 
     def descendants(self, code: str) -> set[str]:
+        return self._closure(code, lambda concept: concept.children)
+
+    def _closure(self, code: str, next_of: Callable[[Concept], Iterable[str]]) -> set[str]:
+        """Every code reached from ``code`` by ``next_of`` (parents or children)."""
         found: set[str] = set()
         pending = [code]
         while pending:
             concept = self.concepts.get(pending.pop())
             if concept is None:
                 continue
-            for child in concept.children:
-                if child not in found:
-                    found.add(child)
-                    pending.append(child)
+            for other in next_of(concept):
+                if other not in found:
+                    found.add(other)
+                    pending.append(other)
         return found
 
     def subsumes(self, code_a: str, code_b: str) -> str:
