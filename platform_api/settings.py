@@ -402,6 +402,11 @@ class Settings(BaseSettings):
                                                        "rest-hooks post to loopback, private "
                                                        "and link-local addresses (a system "
                                                        "on the clinic's own network)")
+    # The outbound guard (platform_api/outbound.py): where the server's own requests go.
+    outbound_allow: list[str] = Field(
+        default_factory=list, description='JSON list of CIDRs and host names the server may '
+        'reach although they are loopback, private, link-local or shared (a clinic\'s own '
+        'network), e.g. ["10.20.0.0/16", "lab.clinic.local"]')
     subscription_skip_handshake: list[str] = Field(
         default_factory=list, description="Endpoint URL prefixes of rest-hooks activated "
         "without the backport's handshake (endpoints that cannot answer one); [\"*\"]: all")
