@@ -268,11 +268,11 @@ class Outbound:
                                  follow_redirects=follow_redirects,
                                  max_redirects=MAX_REDIRECTS, **options)
 
-    async def get_json(self, url: str, *, timeout: float = DEFAULT_TIMEOUT,
+    async def get_json(self, url: str, *, time_limit: float = DEFAULT_TIMEOUT,
                        max_bytes: int = DEFAULT_MAX_BYTES,
                        headers: dict[str, str] | None = None) -> tuple[Any, httpx.Headers]:
         """GET ``url`` and parse its JSON; any failure is one :class:`OutboundError`."""
-        async with self.client(timeout=timeout, max_bytes=max_bytes) as http:
+        async with self.client(timeout=time_limit, max_bytes=max_bytes) as http:
             try:
                 response = await http.get(url, headers={"Accept": "application/json",
                                                         **(headers or {})})
@@ -287,6 +287,14 @@ class Outbound:
                 **options: Any) -> GuardedSession:
         """An aiohttp session (for high-rate deliveries) whose connections are guarded."""
         return GuardedSession(self.guard, timeout=timeout, limit=limit, **options)
+
+
+def outbound_of(services: Any) -> Outbound:
+    """The app's outbound client builder (one per app, built from its settings)."""
+    found = services.extras.get("outbound")
+    if found is None:
+        found = services.extras["outbound"] = Outbound.from_settings(services.settings)
+    return found  # type: ignore[no-any-return]
 
 
 # -- aiohttp ------------------------------------------------------------------------------
@@ -346,6 +354,17 @@ class GuardedSession:
         await self.session.close()
 
 
-__all__ = ["AddressPolicy", "Guard", "GuardedSession", "GuardedTransport", "METADATA",
-           "Outbound", "OutboundError", "OutboundRefused", "Resolver", "embedded_ipv4",
-           "system_resolver"]
+__all__ = [
+    "METADATA",
+    "AddressPolicy",
+    "Guard",
+    "GuardedSession",
+    "GuardedTransport",
+    "Outbound",
+    "OutboundError",
+    "OutboundRefused",
+    "Resolver",
+    "embedded_ipv4",
+    "outbound_of",
+    "system_resolver",
+]

@@ -139,6 +139,11 @@ class Settings(BaseSettings):
         default=3600, ge=0, description="Longest a client's fetched JWKS is kept (less when "
         "its Cache-Control says so)")
     smart_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+    smart_jwks_refetch_seconds: float = Field(
+        default=60.0, ge=0, description="A client's jwks_uri is fetched at most once in this "
+        "time, whatever kid an assertion names")
+    smart_jwks_max_bytes: int = Field(default=64 * 1024, gt=0, description="Largest JWK Set "
+                                      "fetched or registered inline")
     # Clinical decision support (cds_hooks, platform_api/cds): CDS Hooks clients, knowledge.
     cds_clients: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description='JSON: {"<iss>": {"jwks": {...}} or {"jwks_uri": '

@@ -14,28 +14,35 @@ and only that way:
   expires, so a replay is refused by every process). The key is the one of the
   registered ``jwks``, or of the JWKS fetched from the registered ``jwks_uri`` (a
   ``jku`` header must name that same URL), whose ``kid`` matches and whose ``kty`` fits
-  the algorithm: exactly one, or the assertion is refused. Fetched key sets are kept as
-  long as their ``Cache-Control`` allows (never longer than
-  ``HEALTHPLATFORM_SMART_JWKS_MAX_CACHE_SECONDS``); an unknown ``kid`` fetches again.
+  the algorithm: exactly one, or the assertion is refused. The key set is fetched only
+  once what can be checked without it holds (a known client, a well-formed unexpired
+  assertion for this token URL, a ``kid``), through the outbound guard
+  (platform_api/outbound.py: no internal address, at most
+  ``HEALTHPLATFORM_SMART_JWKS_MAX_BYTES``). Fetched key sets are kept as long as their
+  ``Cache-Control`` allows (never longer than ``HEALTHPLATFORM_SMART_JWKS_MAX_CACHE_SECONDS``);
+  an unknown ``kid`` fetches again, but a URL is fetched at most once per
+  ``HEALTHPLATFORM_SMART_JWKS_REFETCH_SECONDS``.
 
 Every failure is ``invalid_client`` (401), as the SMART IG and RFC 6749 5.2 say.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote_plus
 
-import httpx
 import jwt
 
 from fhir_server.store import DuplicateDocument, ResourceStore
 from platform_api.auth.tokens import rfc3339
+from platform_api.outbound import Outbound, OutboundError
 from platform_api.smart.clients import ClientRegistry, secret_matches
 from platform_api.smart.oauth import ASSERTIONS, OAuthError, invalid_client
 
@@ -45,44 +52,55 @@ ASSERTION_ALGORITHMS = {"RS384": "RSA", "ES384": "EC"}
 MAX_ASSERTION_LIFETIME = 300  # seconds (client-confidential-asymmetric: "five minutes")
 CLOCK_SKEW = 10  # seconds of leeway between the client's clock and ours
 _MAX_AGE = re.compile(r"max-age=(\d+)")
+log = logging.getLogger("healthplatform.smart")
 
 
 class JwksCache:
-    """Client key sets fetched from their ``jwks_uri`` with httpx (module docstring)."""
+    """Client key sets fetched from their ``jwks_uri`` through the outbound guard
+    (module docstring). A URL is fetched at most once per ``refetch_seconds`` whatever
+    its answers say (an unknown ``kid`` or a ``no-store`` answer uses the set fetched
+    last until then), one fetch at a time; answers are capped at ``max_bytes``."""
 
-    def __init__(self, max_cache_seconds: float, timeout_seconds: float,
-                 client: httpx.AsyncClient | None = None):
-        self.max_cache_seconds = max_cache_seconds
-        self._http = client or httpx.AsyncClient(timeout=timeout_seconds,
-                                                 follow_redirects=False)
-        self._sets: dict[str, tuple[float, list[JSON]]] = {}
+    def __init__(self, outbound: Outbound, *, max_cache_seconds: float,
+                 timeout_seconds: float, refetch_seconds: float, max_bytes: int):
+        self.outbound = outbound
+        self.max_cache_seconds, self.timeout_seconds = max_cache_seconds, timeout_seconds
+        self.refetch_seconds, self.max_bytes = refetch_seconds, max_bytes
+        # url -> (usable until, fetched at, keys)
+        self._sets: dict[str, tuple[float, float, list[JSON]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     async def close(self) -> None:
-        await self._http.aclose()
+        return None
 
     async def keys(self, url: str, *, refresh: bool = False) -> list[JSON]:
-        cached = self._sets.get(url)
-        if cached is not None and not refresh and time.monotonic() < cached[0]:
-            return cached[1]
-        try:
-            response = await self._http.get(url, headers={"Accept": "application/json"})
-            response.raise_for_status()
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise invalid_client(f"could not fetch the client's JWKS from {url}: "
-                                 f"{type(exc).__name__}") from None
-        keys = body.get("keys") if isinstance(body, dict) else None
-        if not isinstance(keys, list):
-            raise invalid_client(f"{url} did not answer a JWK Set")
-        lifetime = _cache_lifetime(response.headers.get("cache-control", ""),
-                                   self.max_cache_seconds)
-        if lifetime > 0:
+        lock = self._locks.setdefault(url, asyncio.Lock())
+        async with lock:
+            cached = self._sets.get(url)
+            now = time.monotonic()
+            if cached is not None and ((now < cached[0] and not refresh)
+                                       or now < cached[1] + self.refetch_seconds):
+                return cached[2]
+            keys, lifetime = await self._fetch(url)
             if len(self._sets) > 1000:
                 self._sets.clear()
-            self._sets[url] = (time.monotonic() + lifetime, keys)
-        else:
-            self._sets.pop(url, None)
-        return keys
+                self._locks = {url: lock}
+            self._sets[url] = (time.monotonic() + lifetime, time.monotonic(), keys)
+            return keys
+
+    async def _fetch(self, url: str) -> tuple[list[JSON], float]:
+        try:
+            body, headers = await self.outbound.get_json(
+                url, time_limit=self.timeout_seconds, max_bytes=self.max_bytes)
+        except OutboundError as exc:
+            log.info("jwks_uri %s not usable: %s", url, exc.reason)
+            raise invalid_client(f"the client's JWKS at {url} could not be used") from None
+        keys = body.get("keys") if isinstance(body, dict) else None
+        if not isinstance(keys, list):  # the same words: no port scanner (issue 32)
+            log.info("jwks_uri %s answered no JWK Set", url)
+            raise invalid_client(f"the client's JWKS at {url} could not be used")
+        return keys, _cache_lifetime(headers.get("cache-control", ""),
+                                     self.max_cache_seconds)
 
 
 def _cache_lifetime(cache_control: str, ceiling: float) -> float:
@@ -157,6 +175,7 @@ class ClientAuthenticator:
         client = await self._client(client_id)
         if client["token_endpoint_auth_method"] != "private_key_jwt":
             raise invalid_client("this client does not authenticate with private_key_jwt")
+        _plausible(unverified, token_url)  # before any key set is fetched
         key = await self._key(client, header)
         claims = _verified(assertion, key, header["alg"], client_id, token_url)
         await self._spend_jti(client_id, claims)
@@ -205,6 +224,23 @@ def _matching(keys: list[JSON], kid: str, alg: str) -> list[JSON]:
     kty = ASSERTION_ALGORITHMS[alg]
     return [k for k in keys if isinstance(k, dict) and k.get("kid") == kid
             and k.get("kty") == kty]
+
+
+def _plausible(claims: JSON, token_url: str) -> None:
+    """What the unverified claims must already satisfy for a key set to be worth
+    fetching: unexpired, not too far ahead, for this token URL, with a jti."""
+    exp, now = claims.get("exp"), time.time()
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        raise invalid_client("the assertion needs a numeric exp")
+    if exp < now - CLOCK_SKEW:
+        raise invalid_client("the client assertion expired")
+    if exp > now + MAX_ASSERTION_LIFETIME + CLOCK_SKEW:
+        raise invalid_client("the assertion's exp is more than five minutes ahead")
+    aud = claims.get("aud")
+    if token_url not in (aud if isinstance(aud, list) else [aud]):
+        raise invalid_client(f"the assertion's aud must be the token URL {token_url}")
+    if not isinstance(claims.get("jti"), str) or not claims["jti"]:
+        raise invalid_client("the assertion needs a jti")
 
 
 def _verified(assertion: str, key: Any, alg: str, client_id: str, token_url: str) -> JSON:

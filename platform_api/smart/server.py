@@ -34,6 +34,7 @@ from fhir_server.smart_scopes import (
 from fhir_server.validation import is_resource_type
 from platform_api.auth.mfa import commit_code
 from platform_api.auth.principal import Principal, SmartAuthorization
+from platform_api.outbound import outbound_of
 from platform_api.policy import FHIR_DOOR
 from platform_api.services import Services
 from platform_api.smart.client_auth import ClientAuthenticator, JwksCache
@@ -61,8 +62,11 @@ class SmartServer:
         self.services = services
         self.settings = settings
         self.registry = ClientRegistry(services.store, services.auth.recheck_seconds)
-        self.jwks = JwksCache(settings.smart_jwks_max_cache_seconds,
-                              settings.smart_jwks_timeout_seconds)
+        self.jwks = JwksCache(outbound_of(services),
+                              max_cache_seconds=settings.smart_jwks_max_cache_seconds,
+                              timeout_seconds=settings.smart_jwks_timeout_seconds,
+                              refetch_seconds=settings.smart_jwks_refetch_seconds,
+                              max_bytes=settings.smart_jwks_max_bytes)
         self.clients = ClientAuthenticator(self.registry, self.jwks, services.store)
         self._id_keys: IdTokenKeys | None = None
 

@@ -4,24 +4,29 @@ a real socket), and what a backend token reaches."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
 import pytest
+from asgi_lifespan import LifespanManager
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from platform_api.app import create_app
+from platform_api.settings import Settings
 from platform_api.smart.client_auth import ASSERTION_TYPE
 from tests.browser_support import run_server
-from tests.conftest import make_clinic_admin
-from tests.platform_api.smart.support import Clinic, bearer
+from tests.conftest import make_clinic_admin, make_settings
+from tests.platform_api.smart.support import Clinic, bearer, make_clinic
 
 JSON = dict[str, Any]
 TOKEN_URL = "http://testserver/oauth2/token"
@@ -62,6 +67,17 @@ class JwksServer:
         self.fetches += 1
         return JSONResponse({"keys": self.keys},
                             headers={"Cache-Control": self.cache_control})
+
+
+REFETCH = 0.3  # seconds between fetches of one jwks_uri in these tests
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The stand-in JWKS server is on 127.0.0.1: the allow-list opens it (a clinic's own
+    network, as an operator would); small bounds so the tests see them."""
+    return make_settings(tmp_path, outbound_allow=["127.0.0.1/32"],
+                         smart_jwks_refetch_seconds=REFETCH, smart_jwks_max_bytes=16_384)
 
 
 @pytest.fixture
@@ -202,7 +218,7 @@ async def test_an_organizations_client_reaches_its_data_and_a_platform_wide_one_
     assert await patients(nowhere) == set()
 
 
-async def test_fetched_key_sets_are_cached_as_long_as_their_cache_control_says(
+async def test_fetched_key_sets_are_cached_and_refetched_at_a_bounded_rate(
         client: httpx.AsyncClient, clinic: Clinic,
         jwks_server: tuple[JwksServer, str]) -> None:
     server, url = jwks_server
@@ -212,11 +228,72 @@ async def test_fetched_key_sets_are_cached_as_long_as_their_cache_control_says(
     for _ in range(3):
         assert (await token(client, first.assertion(client_id))).status_code == 200
     assert server.fetches == 1
-    server.keys = [first.jwk, rotated.jwk]  # a new key: an unknown kid fetches again
+    server.keys = [first.jwk, rotated.jwk]
+    # an unknown kid within the refetch interval: refused, nothing fetched
+    for _ in range(3):
+        assert (await token(client, rotated.assertion(client_id))).status_code == 401
+    assert server.fetches == 1
+    await asyncio.sleep(REFETCH + 0.1)  # past it: one fetch finds the rotated key
     assert (await token(client, rotated.assertion(client_id))).status_code == 200
     assert server.fetches == 2
-    server.cache_control = "no-store"  # a key set that must not be kept
+    server.cache_control = "no-store"  # not kept past the refetch interval either
     uncached = await register_backend(client, clinic, jwks_uri=f"{url}?client=2")
-    for expected in (3, 4):
+    for _ in range(2):
         assert (await token(client, rotated.assertion(uncached))).status_code == 200
-        assert server.fetches == expected
+    assert server.fetches == 3
+    await asyncio.sleep(REFETCH + 0.1)
+    assert (await token(client, rotated.assertion(uncached))).status_code == 200
+    assert server.fetches == 4
+
+
+async def test_the_key_set_is_not_fetched_for_an_assertion_that_cannot_pass(
+        client: httpx.AsyncClient, clinic: Clinic,
+        jwks_server: tuple[JwksServer, str]) -> None:
+    server, url = jwks_server
+    keys = ClientKeys("ES384", "es-1")
+    server.keys = [keys.jwk]
+    client_id = await register_backend(client, clinic, jwks_uri=url)
+    for bad in (keys.assertion(client_id, expires_in=-60),
+                keys.assertion(client_id, aud="https://elsewhere.example/token"),
+                keys.assertion(client_id, kid=""),
+                keys.assertion("no-such-client")):
+        assert (await token(client, bad)).status_code == 401
+    assert server.fetches == 0
+    assert (await token(client, keys.assertion(client_id))).status_code == 200
+    assert server.fetches == 1
+
+
+async def test_an_internal_jwks_uri_is_refused_without_telling_open_from_closed(
+        tmp_path: Path, jwks_server: tuple[JwksServer, str]) -> None:
+    """Result 1: with the default settings (no allow-list) the server fetches no
+    loopback or private URL, and its answer is the same for an open and a closed port."""
+    server, url = jwks_server
+    keys = ClientKeys("ES384", "es-1")
+    server.keys = [keys.jwk]
+    app = create_app(make_settings(tmp_path))
+    async with LifespanManager(app, startup_timeout=30), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
+        clinic = await make_clinic(app, http)
+        descriptions = []
+        for jwks_uri in (url, "http://127.0.0.1:9/jwks.json"):
+            client_id = await register_backend(http, clinic, jwks_uri=jwks_uri)
+            refused = await token(http, keys.assertion(client_id))
+            assert refused.status_code == 401
+            descriptions.append(refused.json()["error_description"].replace(jwks_uri, "U"))
+        assert server.fetches == 0 and descriptions[0] == descriptions[1]
+
+
+async def test_a_key_set_larger_than_the_bound_is_refused(
+        client: httpx.AsyncClient, clinic: Clinic,
+        jwks_server: tuple[JwksServer, str]) -> None:
+    """Result 2: the answer is capped (HEALTHPLATFORM_SMART_JWKS_MAX_BYTES)."""
+    server, url = jwks_server
+    keys = ClientKeys("ES384", "es-1")
+    server.keys = [keys.jwk] + [{**keys.jwk, "kid": f"padding-{i}"} for i in range(400)]
+    client_id = await register_backend(client, clinic, jwks_uri=url)
+    refused = await token(client, keys.assertion(client_id))
+    assert refused.status_code == 401 and "could not be used" in \
+        refused.json()["error_description"]
+    server.keys = [keys.jwk]
+    await asyncio.sleep(REFETCH + 0.1)
+    assert (await token(client, keys.assertion(client_id))).status_code == 200
