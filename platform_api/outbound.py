@@ -27,6 +27,7 @@ metadata addresses).
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import socket
 import time
@@ -309,7 +310,8 @@ class _GuardedResolver(AbstractResolver):
         try:
             found = await self.guard.addresses(host, host, port)
         except OutboundError as exc:
-            raise OSError(exc.reason) from None
+            # aiohttp reports strerror: the reason reaches the server's log
+            raise OSError(errno.EACCES, exc.reason) from None
         return [{"hostname": host, "host": a, "port": port,
                  "family": socket.AF_INET6 if ":" in a else socket.AF_INET,
                  "proto": 0, "flags": socket.AI_NUMERICHOST} for a in found]

@@ -17,8 +17,6 @@ its search with ``_id`` of the resource added.
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +28,7 @@ from fhir_server.search.plan import Clause, ReferenceCriterion, SearchPlan, Stri
 from fhir_server.service import FhirService
 from fhir_server.store.port import IndexRows
 from fhir_server.validation import is_resource_type
+from platform_api.outbound import Guard, OutboundError, OutboundRefused
 
 JSON = dict[str, Any]
 CHANNELS = ("rest-hook", "websocket")
@@ -110,30 +109,28 @@ def check_channel(subscription: JSON) -> None:
                            "Subscription.channel.payload.extension")
 
 
-async def check_endpoint_address(subscription: JSON) -> None:
-    """Refuse a rest-hook endpoint on a loopback, private, link-local or reserved address
-    (a literal one, or a name resolving to one): the server would otherwise post for
-    anyone who may subscribe to what they cannot reach themselves (server-side request
-    forgery). A name that does not resolve is let through (its deliveries fail and say
-    so)."""
+async def check_endpoint_address(subscription: JSON, guard: Guard) -> None:
+    """Refuse, when the Subscription is written, a rest-hook endpoint the outbound guard
+    would refuse (platform_api/outbound.py: loopback, private, link-local, shared,
+    reserved, metadata addresses; a literal one or a name resolving to one): the server
+    would otherwise post for anyone who may subscribe to what they cannot reach
+    themselves. A name that does not resolve yet is let through: every delivery checks
+    the address it connects to again."""
     channel = subscription.get("channel") or {}
     if channel.get("type") != "rest-hook":
         return
-    host = urlsplit(str(channel.get("endpoint") or "")).hostname or ""
+    endpoint = str(channel.get("endpoint") or "")
+    split = urlsplit(endpoint)
+    host = split.hostname or ""
     try:
-        addresses = [ipaddress.ip_address(host)]
-    except ValueError:
-        try:
-            found = await asyncio.get_running_loop().getaddrinfo(host, None)
-        except OSError:
-            return
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
-    if any(a.is_loopback or a.is_private or a.is_link_local or a.is_reserved
-           or a.is_multicast or a.is_unspecified for a in addresses):
-        raise FhirError.of(400, "security", f"The endpoint's host {host!r} is on a local or "
-                           "private network, which this server does not post to (set "
-                           "HEALTHPLATFORM_SUBSCRIPTION_ALLOW_PRIVATE_ENDPOINTS to allow it)",
-                           "Subscription.channel.endpoint")
+        await guard.addresses(endpoint, host, split.port or 0)
+    except OutboundRefused:
+        raise FhirError.of(400, "security", f"The endpoint's host {host!r} is on a local, "
+                           "private or reserved network, which this server does not post "
+                           "to (HEALTHPLATFORM_OUTBOUND_ALLOW opens a clinic's own network)",
+                           "Subscription.channel.endpoint") from None
+    except OutboundError:  # does not resolve now: checked again at each delivery
+        return
 
 
 def payload_content(subscription: JSON) -> str | None:

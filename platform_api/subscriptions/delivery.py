@@ -44,10 +44,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from fhir_server.store import StoredResource
+from platform_api.outbound import GuardedSession, OutboundError
 from platform_api.settings import Settings
 from platform_api.subscriptions.criteria import headers_of, payload_content
 from platform_api.subscriptions.notifications import notification_bundle, status_parameters
@@ -58,6 +58,7 @@ JSON = dict[str, Any]
 log = logging.getLogger("healthplatform.subscriptions")
 FHIR_JSON = "application/fhir+json"
 MAX_BACKOFF = 60.0
+ANSWER_BYTES = 64 * 1024  # what is read of an endpoint's answer (it is not used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +77,18 @@ class Deliveries:
         self._wakeups: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._handshakes: dict[str, asyncio.Task[None]] = {}
-        self._client: aiohttp.ClientSession | None = None
+        self._client: GuardedSession | None = None
         self.delivered = 0  # notifications sent (counted for the bench and the tests)
 
     async def start(self) -> None:
         # aiohttp rather than httpx here: measured with bench/subscriptions.py, httpx's
         # pool bookkeeping took 60% of the server's CPU at ~200 notifications/s.
-        self._client = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.settings.subscription_timeout_seconds),
-            connector=aiohttp.TCPConnector(
-                limit=self.settings.subscription_max_concurrent_deliveries),
+        # Through the outbound guard: every connection's address is checked when it is
+        # made, so a name that resolved nowhere (or somewhere public) when the
+        # Subscription was written cannot later post inside the network.
+        self._client = self.subscriptions.outbound().session(
+            timeout=self.settings.subscription_timeout_seconds,
+            limit=self.settings.subscription_max_concurrent_deliveries,
             skip_auto_headers=("Content-Type",))
 
     async def stop(self) -> None:
@@ -181,12 +184,11 @@ class Deliveries:
                        ) -> str | None:
         assert self._client is not None
         try:
-            async with self._client.request(method, url, data=body, headers=headers,
-                                            allow_redirects=False) as response:
-                await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return f"{type(exc).__name__} reaching the endpoint"
+            status, _ = await self._client.request(method, url, data=body, headers=headers,
+                                                   max_bytes=ANSWER_BYTES)
+        except OutboundError as exc:  # the subscriber sees no more than this (issue 32)
+            log.info("rest-hook %s: %s", url, exc.reason)
+            return "The endpoint could not be reached or did not answer"
         if not 200 <= status < 300:
             return f"The endpoint answered {status}"
         return None

@@ -44,6 +44,7 @@ from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
 from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
 from fhir_server.store.port import IndexRows
+from platform_api.outbound import Outbound, outbound_of
 from platform_api.policy.grants import PolicyAccess
 from platform_api.services import Services
 from platform_api.stored_principal import PrincipalIdentity
@@ -106,6 +107,13 @@ class Subscriptions:
         self.unkeyed: dict[str, dict[str, Active]] = {}
         self.delivery: Any = None  # the Deliveries (set by install)
 
+    def outbound(self) -> Outbound:
+        """The guard deliveries go through (the private-endpoints setting: its alias)."""
+        outbound = outbound_of(self.services)
+        if self.services.settings.subscription_allow_private_endpoints:
+            return outbound.with_private()
+        return outbound
+
     # -- the write hook ----------------------------------------------------------------------
     async def on_write(self, access: Access, action: str, resource: JSON, unit: Any) -> JSON:
         """Check a Subscription as it is staged, activate it, and record its subscriber."""
@@ -113,8 +121,7 @@ class Subscriptions:
             return resource
         await parse_criteria(self.fhir, resource.get("criteria"))
         check_channel(resource)
-        if not self.services.settings.subscription_allow_private_endpoints:
-            await check_endpoint_address(resource)
+        await check_endpoint_address(resource, self.outbound().guard)
         status = resource.get("status")
         if status == "requested" or (action == CREATE and status == "active"):
             resource = {k: v for k, v in resource.items() if k != "error"}

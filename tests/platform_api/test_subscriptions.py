@@ -20,6 +20,7 @@ from aiohttp import web
 from asgi_lifespan import LifespanManager
 
 from platform_api.app import create_app
+from platform_api.outbound import Outbound
 from tests.browser_support import run_server
 from tests.conftest import add_member, make_clinic_admin, make_settings, register_and_login
 from tests.platform_api.smart.support import Clinic, make_clinic, observation
@@ -397,7 +398,9 @@ async def test_a_deleted_or_switched_off_subscription_is_told_nothing_more(
 
 @pytest.mark.parametrize("endpoint", [
     "http://127.0.0.1:8080/hook", "http://10.0.0.5/fhir", "http://169.254.169.254/latest",
-    "http://[::1]/hook", "http://localhost:9000/hook", "http://0.0.0.0/hook"])
+    "http://[::1]/hook", "http://localhost:9000/hook", "http://0.0.0.0/hook",
+    "http://100.64.0.1/", "http://100.100.100.200/", "http://[fd00:ec2::254]/",
+    "http://[::ffff:10.0.0.1]/hook"])
 async def test_by_default_a_rest_hook_may_not_post_inside_the_servers_network(
         tmp_path: Path, endpoint: str) -> None:
     # the public address below is accepted, never posted to (no handshake)
@@ -413,6 +416,51 @@ async def test_by_default_a_rest_hook_may_not_post_inside_the_servers_network(
             assert public.status_code == 400  # TEST-NET-3: reserved for documentation
             outside = await subscribe(c, admin["headers"], "https://8.8.8.8/hook")
             assert outside.status_code == 201, outside.text
+
+
+class LaterResolver:
+    """A stub DNS: ``later.invalid`` does not resolve when the Subscription is written,
+    then resolves to a private address; ``hook.example`` is the local receiver."""
+
+    def __init__(self) -> None:
+        self.later_lookups = 0
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        if host == "hook.example":
+            return ["127.0.0.1"]
+        if host == "later.invalid":
+            self.later_lookups += 1
+            if self.later_lookups > 1:
+                return ["10.0.0.7"]
+        raise OSError(f"{host} does not resolve")
+
+
+async def test_each_delivery_checks_the_address_it_connects_to(
+        tmp_path: Path, receiver: tuple[Receiver, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Result 3: a name that did not resolve when written and later resolves to a
+    private address gets no post; the allowed receiver beside it gets its handshake."""
+    found, url = receiver
+    port = urlsplit(url).port
+    resolver = LaterResolver()
+    app = create_app(make_settings(tmp_path, subscription_retry_seconds=0.05,
+                                   subscription_delivery_attempts=2,
+                                   outbound_allow=["127.0.0.1/32"]))
+    app.state.services.extras["outbound"] = Outbound(["127.0.0.1/32"], resolver=resolver)
+    caplog.set_level("INFO", "healthplatform.subscriptions")
+    async with LifespanManager(app, startup_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            admin = await make_clinic_admin(c)
+            later = await subscribe(c, admin["headers"], f"http://later.invalid:{port}/x")
+            assert later.status_code == 201, later.text
+            await until_status(c, admin["headers"], later.json()["id"], "error")
+            allowed = await subscribe(c, admin["headers"], f"http://hook.example:{port}/ok",
+                                      found=found)
+            assert allowed.status_code == 201
+    assert [h["path"] for h in found.handshakes] == ["/ok"]
+    assert resolver.later_lookups >= 2
+    assert "resolves to 10.0.0.7" in caplog.text
 
 
 # --- the Subscriptions Backport IG (1.1) for R4, request by request --------------------------
