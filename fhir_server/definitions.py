@@ -31,11 +31,36 @@ def schema() -> dict[str, Any]:
     among what ``contained``, ``Bundle.entry.resource`` and ``Parameters`` may hold."""
     text = resources.files("fhir_server.data").joinpath("fhir.schema.json").read_text()
     loaded = dict(json.loads(text))
+    _bound_integers(loaded)
     loaded["definitions"].update(added_schema_definitions(frozenset(loaded["definitions"])))
     choices = loaded["definitions"]["ResourceList"]["oneOf"]
     for name in sorted(added_type_names()):
         choices.append({"$ref": f"#/definitions/{name}"})
     return loaded
+
+
+# R4's integer types are 32-bit (datatypes: integer, positiveInt, unsignedInt), which the
+# published JSON Schema does not say: the bounds are added by the pattern each type's
+# elements carry (the schema copies the pattern into every element, not a $ref).
+_INT32_MAX = 2**31 - 1
+INTEGER_BOUNDS = {
+    "^-?([0]|([1-9][0-9]*))$": (-(2**31), _INT32_MAX),  # integer
+    "^[1-9][0-9]*$": (1, _INT32_MAX),  # positiveInt
+    "^[0]|([1-9][0-9]*)$": (0, _INT32_MAX),  # unsignedInt
+}
+
+
+def _bound_integers(node: Any) -> None:
+    if isinstance(node, dict):
+        bounds = INTEGER_BOUNDS.get(node.get("pattern", "")) \
+            if node.get("type") == "number" else None
+        if bounds is not None:
+            node["minimum"], node["maximum"] = bounds
+        for value in node.values():
+            _bound_integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            _bound_integers(value)
 
 
 def schema_definitions() -> dict[str, Any]:

@@ -19,8 +19,28 @@ _DATE = re.compile(
 PREFIXES = ("eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap")
 
 
+# The calendar's edges (Python's datetime, and the store's sortable text): a range that
+# would end after the last instant, or start before the first one once moved to UTC, is
+# clamped to them, so ``gt9999-12-31`` or ``0001-01-01T00:00:00+14:00`` is a search that
+# finds what it can rather than an overflow (issue 32).
+FIRST = "0001-01-01T00:00:00.000000Z"
+LAST = "9999-12-31T23:59:59.999999Z"
+
+
 def fmt(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        # isoformat, not strftime: %Y writes year 1 as "1" on glibc, out of sort order
+        return moment.astimezone(UTC).replace(tzinfo=None).isoformat(
+            timespec="microseconds") + "Z"
+    except OverflowError:
+        return FIRST if moment.year == 1 else LAST
+
+
+def _after(moment: datetime, delta: timedelta) -> str:
+    try:
+        return fmt(moment + delta)
+    except OverflowError:
+        return LAST
 
 
 _SECOND = timedelta(seconds=1)
@@ -46,14 +66,16 @@ def date_range(value: str) -> tuple[str, str]:
         except ValueError:
             pass
         else:
-            return f"{value}T00:00:00.000000Z", f"{day + timedelta(days=1)}T00:00:00.000000Z"
+            if day.year < 9999:
+                return (f"{value}T00:00:00.000000Z",
+                        f"{day + timedelta(days=1)}T00:00:00.000000Z")
     if len(value) in (20, 25) and value[10] == "T" and value[16] == ":" and value[19] in "Z+-":
         try:
             moment = datetime.fromisoformat(value)
         except ValueError:
             pass
         else:
-            if moment.tzinfo is not None:
+            if moment.tzinfo is not None and 1 < moment.year < 9999:
                 return _iso(moment), _iso(moment + _SECOND)
     return _parse_range(value)
 
@@ -71,24 +93,25 @@ def _parse_range(value: str) -> tuple[str, str]:
     year = int(g["y"])
     if g["m"] is None:
         lo = datetime(year, 1, 1, tzinfo=tz)
-        return fmt(lo), fmt(datetime(year + 1, 1, 1, tzinfo=tz))
+        return fmt(lo), _after(lo.replace(month=12, day=31), timedelta(days=1))
     month = int(g["m"])
     if g["d"] is None:
         lo = datetime(year, month, 1, tzinfo=tz)
-        hi = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=tz)
-        return fmt(lo), fmt(hi)
+        if month == 12:
+            return fmt(lo), _after(lo.replace(day=31), timedelta(days=1))
+        return fmt(lo), fmt(lo.replace(month=month + 1))
     day = datetime(year, month, int(g["d"]), tzinfo=tz)
     if g["H"] is None:
-        return fmt(day), fmt(day + timedelta(days=1))
+        return fmt(day), _after(day, timedelta(days=1))
     lo = day.replace(hour=int(g["H"]), minute=int(g["M"]))
     if g["S"] is None:
-        return fmt(lo), fmt(lo + timedelta(minutes=1))
+        return fmt(lo), _after(lo, timedelta(minutes=1))
     lo = lo.replace(second=int(g["S"]))
     if g["f"] is None:
-        return fmt(lo), fmt(lo + timedelta(seconds=1))
+        return fmt(lo), _after(lo, timedelta(seconds=1))
     digits = g["f"][:6]
     lo = lo.replace(microsecond=int(digits.ljust(6, "0")))
-    return fmt(lo), fmt(lo + timedelta(microseconds=10 ** (6 - len(digits))))
+    return fmt(lo), _after(lo, timedelta(microseconds=10 ** (6 - len(digits))))
 
 
 def split_prefix(value: str) -> tuple[str, str]:
@@ -104,5 +127,9 @@ def approximate(lo: str, hi: str) -> tuple[str, str]:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     start, end, now = parse(lo), parse(hi), datetime.now(UTC)
     margin = abs(now - start) * 0.1
-    low = max(start - margin, datetime(1, 1, 1, tzinfo=UTC)) if start.year > 1 else start
-    return fmt(low), fmt(end + margin)
+    try:
+        low = max(start - margin, datetime(1, 1, 1, tzinfo=UTC)) if start.year > 1 else start
+    except OverflowError:
+        low = start.replace(year=1, month=1, day=1, hour=0, minute=0, second=0,
+                            microsecond=0)
+    return fmt(low), _after(end, margin)
