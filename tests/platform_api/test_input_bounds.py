@@ -107,3 +107,17 @@ async def test_positive_and_unsigned_ints_keep_their_own_lower_bounds(
     plan["valueSampledData"]["dimensions"] = 1
     assert (await client.post("/fhir/Observation", headers=headers,
                               json=plan)).status_code == 201
+
+
+async def test_a_body_less_post_with_a_malformed_body_is_400_and_does_nothing(
+        client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+    """Result 12: logout with ``{"broken":`` does not revoke the session."""
+    json_headers = {**headers, "Content-Type": "application/json"}
+    refused = await client.post("/api/auth/logout", headers=json_headers,
+                                content=b'{"broken":')
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "INVALID_JSON"
+    assert (await client.get("/api/auth/me", headers=headers)).status_code == 200
+    done = await client.post("/api/auth/logout", headers=headers)  # no body: allowed
+    assert done.status_code == 200
+    assert (await client.get("/api/auth/me", headers=headers)).status_code == 401
