@@ -24,7 +24,7 @@ from rich.console import Console
 from typer import core as typer_core
 
 from platform_api.envelope import ApiError
-from platform_api.settings import Settings
+from platform_api.settings import Settings, SettingsProblem, load_settings
 
 
 def _help_type_column(parameter: Any, ctx: Any) -> str | None:
@@ -50,6 +50,15 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr saying what went wrong, and the exit code."""
     errors.print(f"[red]error:[/] {message}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
+
+
+def _settings(**overrides: Any) -> Settings:
+    """The settings; a malformed one stops the command with one line (the variable, what
+    was wrong, an example), not a traceback."""
+    try:
+        return load_settings(**overrides)
+    except SettingsProblem as exc:
+        fail(str(exc))
 
 
 def tune_gc() -> None:
@@ -131,7 +140,7 @@ def serve(
     overrides = {k: v for k, v in {"http_host": host, "http_port": port}.items() if v}
     if "HEALTHPLATFORM_MLLP_ENABLED" not in os.environ:
         overrides["mllp_enabled"] = True  # serving means serving HL7 too, unless told not to
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = _settings(**overrides)
     _check_ports(settings)
     tls = bool(settings.tls_cert_file and settings.tls_key_file)
     console.print(f"[bold]healthplatform[/] on http{'s' if tls else ''}://{settings.http_host}:"
@@ -208,7 +217,7 @@ def create_admin(
     read_password = _password_reader(password_stdin, password)
 
     async def run(address: str) -> tuple[str, bool]:
-        settings = Settings()
+        settings = _settings()
         store = store_from_url(settings.store_url)
         await store.open()
         try:
@@ -238,7 +247,7 @@ def rotate_signing_key() -> None:
     the new key up within half a minute."""
     from platform_api.auth.keys import KeyRing
 
-    settings = Settings()
+    settings = _settings()
     key = KeyRing.load_or_create(settings.data_dir / "keys").rotate()
     console.print(f"[green]new signing key[/] {key.kid}")
 
@@ -253,7 +262,7 @@ def reindex() -> None:
     from fhir_server.store import store_from_url
 
     async def run() -> tuple[int, str]:
-        settings = Settings()
+        settings = _settings()
         store = store_from_url(settings.store_url)
         await store.open()
         columns = ("[progress.description]{task.description}", BarColumn(),
@@ -287,7 +296,7 @@ def purge() -> None:
     from platform_api.housekeeping import Housekeeping
 
     async def run() -> dict[str, int]:
-        settings = Settings()
+        settings = _settings()
         store = store_from_url(settings.store_url)
         await store.open()
         try:
@@ -310,7 +319,7 @@ def mongo_init(
     from fhir_server.store.mongo import MongoStore
     from fhir_server.store.mongo_layout import COLLECTIONS
 
-    target = url or Settings().store_url
+    target = url or _settings().store_url
     if not target.startswith(("mongodb://", "mongodb+srv://")):
         console.print(f"[red]not a MongoDB URL[/]: {target} (set HEALTHPLATFORM_STORE or "
                       "--url mongodb://...)")
@@ -383,7 +392,7 @@ def export(
     async def run() -> Any:
         from fhir_server.store import store_from_url
 
-        store = store_from_url(Settings().store_url)
+        store = store_from_url(_settings().store_url)
         await store.open()
         try:
             with Bar(SpinnerColumn(), TextColumn("{task.description}"),
@@ -431,7 +440,7 @@ def package_install(
     from fhir_server.store import store_from_url
 
     async def run() -> Any:
-        settings = Settings()
+        settings = _settings()
         store = store_from_url(settings.store_url)
         await store.open()
         try:

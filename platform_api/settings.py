@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 
 class Settings(BaseSettings):
@@ -423,3 +424,53 @@ class Settings(BaseSettings):
     @cached_property
     def public_base_url(self) -> str:
         return (self.base_url or f"http://{self.http_host}:{self.http_port}").rstrip("/")
+
+
+# -- a malformed setting: one line ------------------------------------------------------
+_FIELD = re.compile(r'field "(\w+)"')
+
+
+def _example(name: str) -> str:
+    """A good value of setting ``name``: the one its description gives (``e.g. …``), or
+    one of its type."""
+    info = Settings.model_fields.get(name)
+    if info is None:
+        return ""
+    found = re.search(r"e\.g\. (.+?)\)?$", info.description or "")
+    if found:
+        return found.group(1)
+    annotation = str(info.annotation)
+    for marker, example in (("list", '["127.0.0.1", "10.0.0.0/8"]'), ("dict", '{"key": "value"}'),
+                            ("bool", "true"), ("int", "8000"), ("float", "5.0")):
+        if marker in annotation:
+            return example
+    default = info.get_default(call_default_factory=True)
+    return str(default) if default not in (None, "") else "a text value"
+
+
+def settings_problem(exc: Exception) -> str:
+    """One line for a setting that could not be read (issue 32): the variable, what was
+    wrong, an example of a good value."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        what = str(first["msg"])
+    else:
+        found = _FIELD.search(str(exc))
+        name = found.group(1) if found else ""
+        what = f"not valid JSON ({exc.__cause__})" if exc.__cause__ else str(exc)
+    variable = f"HEALTHPLATFORM_{name.upper()}" if name else "a setting"
+    example = _example(name)
+    return f"{variable}: {what}" + (f"; for example {variable}='{example}'" if example else "")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings, or ``SettingsProblem`` with the one line to show."""
+    try:
+        return Settings(**overrides)
+    except (ValidationError, SettingsError) as exc:
+        raise SettingsProblem(settings_problem(exc)) from None
+
+
+class SettingsProblem(ValueError):
+    """A setting that could not be read; ``str()`` is the one line to show."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
 from typer.testing import CliRunner
 
 from fhir_server.store.sqlite import SQLiteStore
@@ -161,3 +162,21 @@ def test_serve_fails_the_same_way_when_the_http_port_is_busy(tmp_path, monkeypat
     assert result.exit_code == 1
     assert result.output.startswith(f"error: cannot listen for HTTP on 127.0.0.1:{busy}")
     assert "healthplatform on" not in result.output
+
+
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("HEALTHPLATFORM_TRUSTED_PROXIES", "[127.0.0.1]", "not valid JSON"),
+    ("HEALTHPLATFORM_HTTP_PORT", "eighty", "valid integer"),
+    ("HEALTHPLATFORM_OUTBOUND_ALLOW", "10.0.0.0/8", "not valid JSON"),
+])
+def test_a_malformed_setting_stops_serve_with_one_line(tmp_path, monkeypatch, variable,
+                                                        value, says):
+    """Issue 32 result 13: the setting, what was wrong, an example; no traceback."""
+    monkeypatch.setenv("HEALTHPLATFORM_DATA_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["serve"], env={variable: value,
+                                                     "HEALTHPLATFORM_MLLP_ENABLED": "false"})
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: {variable}: ") and says in line
+    assert f"for example {variable}='" in line
+    assert not (tmp_path / "healthplatform.db").exists()
