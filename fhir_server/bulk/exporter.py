@@ -41,6 +41,7 @@ from fhir_server.access import SEARCH, may_touch_type
 from fhir_server.bulk.request import GROUP, PATIENT, ExportRequest, query_pairs
 from fhir_server.caller import CallerFhir
 from fhir_server.outcome import FhirError, Issue, operation_outcome
+from fhir_server.private_files import private_directory, private_open
 from fhir_server.search.plan import MAX_COUNT, Cursor, SearchPlan, compartment
 from fhir_server.search.values import parse_reference
 from fhir_server.service import FhirService
@@ -93,7 +94,7 @@ class Exporter:
         self._files: dict[str, Any] = {}
 
     async def run(self) -> Progress:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_directory(self.directory)
         self._reopen()
         try:
             if self.request.ignored and ERRORS not in self.progress.files:
@@ -273,7 +274,7 @@ class Exporter:
     def _file(self, resource_type: str) -> Any:
         handle = self._files.get(resource_type)
         if handle is None:
-            handle = self._files[resource_type] = open(  # closed by run()
+            handle = self._files[resource_type] = private_open(  # closed by run()
                 self.directory / file_name(resource_type), "ab")
         return handle
 

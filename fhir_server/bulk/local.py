@@ -23,6 +23,7 @@ from fhir_server.bulk.request import parse_request
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
 from fhir_server.outcome import FhirError
+from fhir_server.private_files import write_private
 from fhir_server.service import FhirService
 from fhir_server.store import ResourceStore
 from fhir_server.validation import resource_types
@@ -60,7 +61,7 @@ async def export_to_directory(store: ResourceStore, out: Path, params: list[tupl
 
     async def checkpoint(current: Progress) -> None:
         temporary = state.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps({"transactionTime": started, "asked": asked,
+        write_private(temporary, orjson.dumps({"transactionTime": started, "asked": asked,
                                             "progress": current.to_json()}))
         os.replace(temporary, state)
         if progress is not None:
@@ -78,6 +79,6 @@ async def export_to_directory(store: ResourceStore, out: Path, params: list[tupl
                    "url": (out / file_name(ERRORS)).resolve().as_uri(),
                    "count": done.files[ERRORS]["count"]}] if ERRORS in done.files else [],
     }
-    (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    write_private(out / "manifest.json", orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     state.unlink(missing_ok=True)
     return manifest

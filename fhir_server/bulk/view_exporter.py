@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from fhir_server.caller import CallerFhir
+from fhir_server.private_files import private_directory, private_open, write_private
 from fhir_server.views.definition import CompiledView
 from fhir_server.views.engine import Row
 from fhir_server.views.output import EXTENSIONS, ROW_GROUP_ROWS, RowWriter, row_writer
@@ -112,7 +113,7 @@ Checkpoint = Callable[[ViewProgress], Awaitable[None]]
 
 def _open(path: Path, mode: str) -> Any:
     """A file for appending a page at a time (a local disk: a page's write is short)."""
-    return open(path, mode)  # the caller closes it
+    return private_open(path, mode)  # the caller closes it
 
 
 def is_view_export(request: JSON) -> bool:
@@ -130,7 +131,7 @@ class ViewExporter:
         self.page_size, self.part_rows = page_size, part_rows
 
     async def run(self) -> ViewProgress:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_directory(self.directory)
         self._reopen()
         self.progress.steps = len(self.request.views)
         scope = Scope(self.request.since, self.request.patients)
@@ -227,7 +228,7 @@ class ViewExporter:
         if parts == 0:  # no rows at all: one empty part, so the view has its file
             file = f"{name}.part1.parquet"
             empty = row_writer("parquet", view.columns)
-            (self.directory / file).write_bytes(empty.begin() + empty.end())
+            write_private(self.directory / file, empty.begin() + empty.end())
             self.progress.files[file] = {"view": name, "count": 0,
                                          "bytes": (self.directory / file).stat().st_size}
 

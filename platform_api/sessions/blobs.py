@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from fhir_server.private_files import FILE_MODE, private_directory
 from platform_api.settings import Settings
 
 CHUNK = 1024 * 1024
@@ -91,7 +92,7 @@ async def spool(body: AsyncIterator[bytes], directory: Path, limit: int,
 
 
 def _new_spool_file(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
+    private_directory(directory)
     handle, name = tempfile.mkstemp(prefix="upload-", dir=directory)
     os.close(handle)
     return Path(name)
@@ -120,7 +121,7 @@ class BlobStore(Protocol):
 class LocalBlobStore:
     def __init__(self, root: Path):
         self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_directory(self.root)
 
     @property
     def spool_dir(self) -> Path:
@@ -131,7 +132,8 @@ class LocalBlobStore:
 
     async def put_file(self, key: str, path: Path, content_type: str) -> None:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_directory(target.parent)
+        os.chmod(path, FILE_MODE)  # mkstemp's already; a caller's own file too
         await asyncio.to_thread(os.replace, path, target)
 
     async def chunks(self, key: str, size: int = CHUNK) -> AsyncIterator[bytes]:

@@ -98,6 +98,11 @@ async def test_a_clinic_exports_its_records_as_ndjson_and_nothing_of_another_cli
     _, theirs = await export(client, other["headers"], _type="Patient,Observation")
     assert ids(theirs["Patient"]) == {stranger.json()["id"]}
     assert "Observation" not in theirs
+    # the files: 0600 in 0700 directories (issue 32 result 11)
+    root = app.state.services.settings.data_dir / "bulk-exports"
+    written = [p for p in root.rglob("*") if p.is_file()]
+    assert written and {p.stat().st_mode & 0o777 for p in written} == {0o600}
+    assert {p.parent.stat().st_mode & 0o777 for p in written} == {0o700}
 
 
 async def test_type_since_and_type_filters_choose_what_is_exported(

@@ -76,6 +76,9 @@ def test_everything_is_exported_once_with_a_manifest(tmp_path: Path,
     assert manifest["output"][0]["url"].startswith("file://")
     assert not (out / local.PROGRESS).exists()
     assert "Exported 10 resources" in result.output
+    # patient data: only the server's account reads it (issue 32 result 11)
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o600}
 
 
 def test_types_filters_and_groups_choose_what_is_exported(

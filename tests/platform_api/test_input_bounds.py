@@ -121,3 +121,20 @@ async def test_a_body_less_post_with_a_malformed_body_is_400_and_does_nothing(
     done = await client.post("/api/auth/logout", headers=headers)  # no body: allowed
     assert done.status_code == 200
     assert (await client.get("/api/auth/me", headers=headers)).status_code == 401
+
+
+async def test_blobs_are_0600_in_0700_directories(tmp_path: Any) -> None:
+    """Issue 32 result 11, the local blob store (recordings, models)."""
+    from platform_api.sessions.blobs import LocalBlobStore, spool
+
+    store = LocalBlobStore(tmp_path / "blobs")
+
+    async def body():  # type: ignore[no-untyped-def]
+        yield b"RIFF....WAVEfmt "
+
+    spooled = await spool(body(), store.spool_dir, 1024)
+    await store.put_file("recordings/2026/a.wav", spooled.path, "audio/wav")
+    target = tmp_path / "blobs" / "recordings" / "2026" / "a.wav"
+    assert target.stat().st_mode & 0o777 == 0o600
+    for directory in (target.parent, tmp_path / "blobs", store.spool_dir):
+        assert directory.stat().st_mode & 0o777 == 0o700
