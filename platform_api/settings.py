@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     smart_jwks_refetch_seconds: float = Field(
         default=60.0, ge=0, description="A client's jwks_uri is fetched at most once in this "
         "time, whatever kid an assertion names")
+    smart_max_clients_per_account: int = Field(
+        default=25, ge=1, description="SMART clients an account's API keys may register "
+        "(platform administrators signed in: no limit)")
     smart_jwks_max_bytes: int = Field(default=64 * 1024, gt=0, description="Largest JWK Set "
                                       "fetched or registered inline")
     # Clinical decision support (cds_hooks, platform_api/cds): CDS Hooks clients, knowledge.

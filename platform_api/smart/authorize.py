@@ -2,14 +2,17 @@
 RFC 7636): by GET and by form POST, then HTML pages the server itself serves.
 
 1. **The request.** ``client_id`` must be an active app registered for
-   ``authorization_code`` and ``redirect_uri`` exactly one of its redirect URIs; until
-   both hold, refusals are an HTML error page (never a redirect to an unchecked URI).
-   After that every refusal goes back to the app as the OAuth error redirect (``error``,
-   ``error_description``, ``state``): ``response_type`` must be ``code``; ``state`` is
-   required; PKCE with ``code_challenge_method=S256`` is required (``plain`` is refused,
+   ``authorization_code`` and ``redirect_uri`` exactly one of its redirect URIs; until both
+   hold, refusals are an HTML error page (never a redirect to an unchecked URI). After that
+   every refusal goes back to the app as the OAuth error redirect (``error``,
+   ``error_description``, ``state``; RFC 6749 4.1.2.1) when an administrator registered or
+   reviewed the app; for an app registered by a developer's key and not reviewed the error
+   is a page of this server with a link back to the app (RFC 9700 4.11.2: the server is no
+   open redirector before anyone signed in): ``response_type`` must be ``code``; ``state``
+   is required; PKCE with ``code_challenge_method=S256`` is required (``plain`` is refused,
    SMART: "SHALL NOT support the plain method"); ``aud`` must be this server's FHIR base;
-   an EHR ``launch`` must be live, unspent and this client's (it is spent now); the
-   scopes that may be granted (:meth:`SmartServer.grantable`) must not be none
+   an EHR ``launch`` must be live, unspent and this client's (it is spent now); the scopes
+   that may be granted (:meth:`SmartServer.grantable`) must not be none
    (``invalid_scope``). ``patient/`` scopes without a launch ask for a patient
    (``launch/patient`` inferred, as the IG allows).
 2. **Sign-in**: e-mail and password (the platform's lockout and audit apply), then the
@@ -109,18 +112,24 @@ class AuthorizeRedirect(Exception):
         self.redirect_uri, self.state = redirect_uri, state
         self.error, self.description = error, description
 
-    def response(self) -> Response:
+    def location(self) -> str:
         params = {"error": self.error, "error_description": self.description}
         if self.state:
             params["state"] = self.state
-        return back_to_app(self.redirect_uri, params)
+        separator = "&" if "?" in self.redirect_uri else "?"
+        return f"{self.redirect_uri}{separator}{urlencode(params)}"
+
+    def response(self) -> Response:
+        return RedirectResponse(self.location(), status_code=303, headers=_NO_REFERRER)
+
+
+_NO_REFERRER = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
 
 def back_to_app(redirect_uri: str, params: dict[str, str]) -> Response:
     separator = "&" if "?" in redirect_uri else "?"
     return RedirectResponse(f"{redirect_uri}{separator}{urlencode(params)}", status_code=303,
-                            headers={"Cache-Control": "no-store", "Referrer-Policy":
-                                     "no-referrer"})
+                            headers=_NO_REFERRER)
 
 
 # -- 1. the authorization request ----------------------------------------------------------
@@ -148,6 +157,9 @@ async def _authorize(request: Request, params: dict[str, str]) -> Response:
     try:
         pending = await _pending_request(server, request, client, params)
     except AuthorizeRedirect as refusal:
+        if not client.get("reviewed"):  # before sign-in: no open redirector (RFC 9700)
+            return pages.unreviewed_app_error_page(client["client_name"],
+                                                   refusal.description, refusal.location())
         return refusal.response()
     request_id = secrets.token_urlsafe(32)
     browser = request.cookies.get(COOKIE) or secrets.token_urlsafe(32)

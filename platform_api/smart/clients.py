@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from fhir_server.smart_scopes import SYSTEM, ScopeError, ScopeSet
 from fhir_server.store import ResourceStore
 from platform_api.auth.service import ClientStanding
@@ -47,6 +49,8 @@ GRANT_TYPES = ("authorization_code", "refresh_token", "client_credentials")
 SECRET_PREFIX = "hps_"
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 MAX_REDIRECT_URIS = 20
+MAX_JWKS_KEYS = 10
+MAX_JWKS_BYTES = 32 * 1024  # ten RSA-4096 public keys fit in a third of it
 MAX_SCOPE_LENGTH = 4000
 # Fields the registration and the administrators' update may set.
 METADATA_FIELDS = ("client_name", "redirect_uris", "launch_uri", "token_endpoint_auth_method",
@@ -94,7 +98,12 @@ def _jwks(value: Any) -> JSON:
         if any(private in key for private in ("d", "p", "q", "dp", "dq", "qi")):
             raise metadata_error(f"jwks.keys[{index}]: a private key was sent; register "
                                  "the public key only")
-    return {"keys": value["keys"]}
+    if len(value["keys"]) > MAX_JWKS_KEYS:
+        raise metadata_error(f"jwks: at most {MAX_JWKS_KEYS} keys")
+    keys = [{k: v for k, v in key.items() if isinstance(k, str)} for key in value["keys"]]
+    if len(orjson.dumps({"keys": keys})) > MAX_JWKS_BYTES:
+        raise metadata_error(f"jwks: at most {MAX_JWKS_BYTES // 1024} KiB")
+    return {"keys": keys}
 
 
 def _scope(value: Any, grant_types: list[str]) -> str:
@@ -197,6 +206,7 @@ def public_metadata(doc: JSON) -> JSON:
     view.update({
         "client_id": doc["id"], "client_id_issued_at": doc["client_id_issued_at"],
         "status": doc["status"], "registered_by": doc["registered_by"],
+        "reviewed": bool(doc.get("reviewed")),
         "created_at": doc["created_at"], "updated_at": doc["updated_at"]})
     if doc["token_endpoint_auth_method"] in SYMMETRIC:
         view["client_secret_expires_at"] = 0  # never expires (RFC 7591 3.2.1)
@@ -219,7 +229,12 @@ class ClientRegistry:
         self._standing: BoundedCache[str, tuple[float, ClientStanding | None]] = \
             BoundedCache(10_000)
 
-    async def register(self, metadata: JSON, registered_by: str) -> Registered:
+    async def registered_by(self, account: str) -> int:
+        """How many clients ``account`` registered (its API keys' included)."""
+        return await self.store.count_documents(CLIENTS, {"registered_by": account})
+
+    async def register(self, metadata: JSON, registered_by: str, *,
+                       reviewed: bool = False) -> Registered:
         now = time.time()
         secret = SECRET_PREFIX + secrets.token_urlsafe(32) \
             if metadata["token_endpoint_auth_method"] in SYMMETRIC else None
@@ -227,6 +242,9 @@ class ClientRegistry:
             **metadata, "id": str(uuid.uuid4()), "status": ACTIVE,
             "secret_hash": secret_hash(secret) if secret else None,
             "registered_by": registered_by, "client_id_issued_at": int(now),
+            # reviewed: registered or approved by a platform administrator; an error of
+            # an unreviewed app's authorize request is shown here, not redirected
+            "reviewed": reviewed,
             "created_at": rfc3339(now), "updated_at": rfc3339(now),
         }
         async with self.store.unit_of_work() as uow:

@@ -71,6 +71,17 @@ def error_page(message: str, status: int = 400) -> HTMLResponse:
                 "tell its developer.</p>", status)
 
 
+def unreviewed_app_error_page(client_name: str, message: str, back: str) -> HTMLResponse:
+    """An error in an authorize request of an app no administrator reviewed: shown here,
+    with a link the user may follow back to the app, rather than redirecting the browser
+    at once to a URI anyone could have registered (RFC 9700 4.11.2, open redirector)."""
+    return page("This app cannot be authorized", (
+        f"<p><strong>{escape(client_name)}</strong> sent a request this server cannot "
+        f"accept.</p>{_error(message)}<p class=\"muted\">This app has not been reviewed by "
+        f"the administrators. <a href=\"{escape(back)}\" rel=\"noreferrer\">Return to "
+        "the app</a> only if you trust it.</p>"), 400)
+
+
 def sign_in_page(action: str, client_name: str, hidden: dict[str, str],
                  error: str | None = None, email: str = "", status: int = 200
                  ) -> HTMLResponse:

@@ -89,6 +89,8 @@ class ClientMetadata(BaseModel):
 
 class ClientUpdate(ClientMetadata):
     status: str | None = Field(default=None, description="active | disabled")
+    reviewed: bool | None = Field(default=None, description="An administrator reviewed the "
+                                  "app: its authorize errors are redirected to it")
 
 
 class ClientView(BaseModel):
@@ -106,6 +108,7 @@ class ClientView(BaseModel):
     platform_wide: bool = False
     status: str
     registered_by: str
+    reviewed: bool = False
     client_id_issued_at: int
     client_secret_expires_at: int | None = None
     created_at: str
@@ -143,6 +146,16 @@ async def _check_registrant(ctx: ApiContext, metadata: JSON) -> None:
     _authorize(ctx, "smart-client.act-for-organization", organization)
 
 
+async def _within_budget(server: SmartServer, principal: Principal) -> None:
+    """An account (with all its API keys) registers at most
+    ``HEALTHPLATFORM_SMART_MAX_CLIENTS_PER_ACCOUNT`` clients: each is stored for good."""
+    limit = server.settings.smart_max_clients_per_account
+    if principal.kind == "api_key" and \
+            await server.registry.registered_by(principal.user_id) >= limit:
+        raise OAuthError("invalid_client_metadata", f"this account registered {limit} "
+                         "clients already, the most it may (ask an administrator)", 400)
+
+
 @router.post(REGISTER_PATH, status_code=201, response_model=RegisteredClient,
              responses={400: {"description": "Invalid client metadata (RFC 7591 3.2.2), "
                               "or a body that is not JSON (the /api envelope)",
@@ -156,9 +169,12 @@ async def register(body: ClientMetadata, request: Request,
     try:
         metadata = checked_metadata(body.model_dump(exclude_none=True))
         await _check_registrant(await api_context(request, principal), metadata)
+        await _within_budget(server, principal)
     except OAuthError as error:
         return error.response()
-    registered = await server.registry.register(metadata, principal.user_id)
+    # a platform administrator's registration is reviewed; a developer key's is not
+    registered = await server.registry.register(metadata, principal.user_id,
+                                                reviewed=principal.kind != "api_key")
     view = public_metadata(registered.document)
     if registered.secret is not None:
         view["client_secret"] = registered.secret
@@ -201,6 +217,7 @@ async def update_client(client_id: str, body: ClientUpdate, request: Request,
     current = await _client(server, client_id)
     changes = body.model_dump(exclude_unset=True)
     status = changes.pop("status", None)
+    reviewed = changes.pop("reviewed", None)
     if status not in (None, ACTIVE, DISABLED):
         raise validation_error("status", "status is active or disabled")
     if changes.get("token_endpoint_auth_method", current["token_endpoint_auth_method"]) != \
@@ -215,6 +232,7 @@ async def update_client(client_id: str, body: ClientUpdate, request: Request,
         named = re.match(r"[a-z_]+", error.description)
         field = named.group(0) if named and named.group(0) in METADATA_FIELDS else "body"
         raise validation_error(field, error.description) from None
-    saved = await server.registry.save({**current, **metadata,
-                                        "status": status or current["status"]})
+    saved = await server.registry.save({
+        **current, **metadata, "status": status or current["status"],
+        "reviewed": current.get("reviewed", False) if reviewed is None else reviewed})
     return ok(public_metadata(saved))

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import register_and_login
 from tests.platform_api.smart.support import (
     PASSWORD,
     REDIRECT_URI,
@@ -16,7 +17,9 @@ from tests.platform_api.smart.support import (
     exchange,
     hidden_fields,
     query_of,
+    register,
 )
+from tests.platform_api.smart.test_registration import api_key
 from tests.platform_api.test_auth_mfa import code as totp_code
 from tests.platform_api.test_auth_mfa import enable, fixed_totp_clock  # noqa: F401
 
@@ -35,6 +38,29 @@ async def test_an_unknown_client_or_redirect_uri_is_an_html_page_never_a_redirec
         assert "location" not in page.headers
         assert page.headers["content-type"].startswith("text/html")
         assert page.headers["x-frame-options"] == "DENY"
+
+
+async def test_an_unreviewed_apps_error_is_a_page_here_not_a_redirect(
+        client: httpx.AsyncClient, browser: Browser, clinic: Clinic) -> None:
+    """Issue 32 result 8 (RFC 9700 4.11.2): an app a developer's key registered, with any
+    redirect URI, does not turn /authorize into an open redirector before sign-in; once an
+    administrator reviewed it, RFC 6749 4.1.2.1's error redirect applies."""
+    developer = await register_and_login(client, first_name="Juma", last_name="Otieno")
+    key = await api_key(client, developer, "smart:register")
+    app = await register(client, key)
+    assert app["reviewed"] is False
+    params, _ = browser.params(app["client_id"], SCOPE, response_type="x")
+    page = await browser.start(params)
+    assert page.status_code == 400 and "location" not in page.headers
+    assert page.headers["content-type"].startswith("text/html")
+    assert f'href="{REDIRECT_URI}?error=unsupported_response_type' in page.text
+    reviewed = await client.patch(f"/api/smart/clients/{app['client_id']}",
+                                  headers=clinic.platform_admin["headers"],
+                                  json={"reviewed": True})
+    assert reviewed.status_code == 200 and reviewed.json()["data"]["reviewed"] is True
+    answer = await browser.start(params)
+    assert answer.status_code == 303
+    assert query_of(answer.headers["location"])["error"] == "unsupported_response_type"
 
 
 @pytest.mark.parametrize(("change", "error", "says"), [

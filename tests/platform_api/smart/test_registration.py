@@ -143,3 +143,34 @@ async def test_client_administration_is_for_platform_administrators(
                 ).status_code == 403
     assert (await client.get("/api/smart/clients/unknown", headers=clinic.platform_admin[
         "headers"])).status_code == 404
+
+
+async def test_client_metadata_and_registrations_are_bounded(
+        app: Any, client: httpx.AsyncClient, clinic: Clinic) -> None:
+    """Issue 32 result 4: the key set's size, the redirect URIs, and how many clients
+    one account's keys may register; within them a registration is accepted."""
+    developer = await register_and_login(client, first_name="Juma", last_name="Otieno")
+    key = await api_key(client, developer, "smart:register")
+    public = {"redirect_uris": [REDIRECT_URI], "token_endpoint_auth_method": "none",
+              "scope": "launch/patient patient/*.rs"}
+    big_key = {"kty": "RSA", "kid": "k", "e": "AQAB", "n": "A" * 40_000}
+    for body in ({**BACKEND, "jwks_uri": None, "jwks": {"keys": [big_key]}},
+                 {**BACKEND, "jwks_uri": None, "jwks": {"keys": [
+                     {**big_key, "n": "AQAB", "kid": f"k{i}"} for i in range(11)]}},
+                 {**public, "redirect_uris": [f"{REDIRECT_URI}{i}" for i in range(21)]},
+                 {**public, "redirect_uris": ["https://a.example/" + "x" * 2001]},
+                 {**public, "client_name": "x" * 201}):
+        body = {k: v for k, v in body.items() if v is not None}
+        refused = await client.post("/oauth2/register", headers=key, json=body)
+        assert refused.status_code == 400, refused.text
+    app.state.services.settings.smart_max_clients_per_account = 2
+    for _ in range(2):
+        assert (await client.post("/oauth2/register", headers=key, json=public)
+                ).status_code == 201
+    over = await client.post("/oauth2/register", headers=key, json=public)
+    assert over.status_code == 400 and "2 clients" in over.json()["error_description"]
+    other = await api_key(client, developer, "smart:register")  # the account counts
+    assert (await client.post("/oauth2/register", headers=other, json=public)
+            ).status_code == 400
+    assert (await client.post("/oauth2/register", headers=clinic.platform_admin["headers"],
+                              json=public)).status_code == 201
