@@ -291,6 +291,10 @@ class PlatformApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
+    if not settings.base_url:
+        log.warning("HEALTHPLATFORM_BASE_URL is not set: public URLs (SMART, CDS, links) "
+                    "name %s, the bind address, never a request's Host header",
+                    settings.public_base_url)
     trusted_proxies(tuple(settings.trusted_proxies))  # a wrong entry stops the start here
     store = store_from_url(settings.store_url)
     fhir = FhirService(

@@ -220,9 +220,9 @@ async def authenticate(request: Request, services: Services, runtime: CdsRuntime
                        headers={"WWW-Authenticate": "Bearer"})
     peeked = None if token.startswith("v4.") else runtime.verifier.peek(token)
     if peeked is not None:
-        audiences = {services.settings.public_base_url + request.url.path,
-                     str(request.url.remove_query_params(list(request.query_params)))}
-        verified = await runtime.verifier.verify(token, sorted(audiences), peeked)
+        # the configured public URL only, never one built from the request's Host
+        audiences = [services.settings.public_base_url + request.url.path]
+        verified = await runtime.verifier.verify(token, audiences, peeked)
         client = verified.client
         return CdsCaller(client.iss, ClientAccess(client) if client.organizations else None)
     principal = await _platform_principal(services, token)
@@ -240,9 +240,7 @@ async def _platform_principal(services: Services, token: str) -> Any:
 
 
 def _this_fhir_server(url: str, request: Request, services: Services) -> bool:
-    ours = {services.settings.public_base_url + "/fhir",
-            str(request.base_url).rstrip("/") + "/fhir"}
-    return url.rstrip("/") in ours
+    return url.rstrip("/") == services.settings.public_base_url + "/fhir"
 
 
 async def prefetch_source(request: Request, services: Services, runtime: CdsRuntime,

@@ -55,6 +55,13 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def served_at(settings: Settings, base: str) -> None:
+    """A server started on a port chosen at start (run_server): its public URL is that
+    address, as HEALTHPLATFORM_BASE_URL would say (the request's Host is never used)."""
+    settings.base_url = base
+    settings.__dict__.pop("public_base_url", None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def app_store() -> Iterator[None]:
     """With HEALTHPLATFORM_TEST_STORE=mongodb and no server named, the fake serves."""

@@ -104,8 +104,9 @@ class Urls:
 
 
 def urls(request: Request) -> Urls:
+    """The server's public URLs: ``HEALTHPLATFORM_BASE_URL``, or when unset the bind
+    address; never the request's ``Host`` (anyone can send one: a discovery document
+    cached with another host's URLs, or an assertion whose ``aud`` names that host,
+    would follow it)."""
     services: Services = request.app.state.services
-    configured = services.settings.base_url.rstrip("/")
-    if configured:
-        return Urls(configured)
-    return Urls(str(request.base_url).rstrip("/"))
+    return Urls(services.settings.public_base_url)

@@ -49,7 +49,7 @@ LOINC = "http://loinc.org"
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path, cds_clients={
+    return make_settings(tmp_path, base_url="http://testserver", cds_clients={
         EHR: {"jwks": example("client-jwks-public.spec-example.json")}})
 
 

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from platform_api.app import create_app
 from tests.browser_support import chromium, run_server
-from tests.conftest import make_settings
+from tests.conftest import make_settings, served_at
 from tests.platform_api.smart.support import PASSWORD, seed_now
 
 pytestmark = pytest.mark.browser
@@ -122,6 +122,7 @@ def test_a_standalone_patient_launch_in_a_browser_reads_only_the_chosen_patient(
     settings = make_settings(tmp_path)
     clinic = seed_now(settings).clinic
     with run_server(create_app(settings)) as server:
+        served_at(settings, server)
         growth = GrowthChartApp(f"{server}/fhir", developer_key(server, clinic.admin["headers"]),
                                 clinic.baraka)
         with run_server(growth.app) as app_base:

@@ -76,7 +76,7 @@ REFETCH = 0.3  # seconds between fetches of one jwks_uri in these tests
 def settings(tmp_path: Path) -> Settings:
     """The stand-in JWKS server is on 127.0.0.1: the allow-list opens it (a clinic's own
     network, as an operator would); small bounds so the tests see them."""
-    return make_settings(tmp_path, outbound_allow=["127.0.0.1/32"],
+    return make_settings(tmp_path, outbound_allow=["127.0.0.1/32"], base_url="http://testserver",
                          smart_jwks_refetch_seconds=REFETCH, smart_jwks_max_bytes=16_384)
 
 
@@ -270,7 +270,7 @@ async def test_an_internal_jwks_uri_is_refused_without_telling_open_from_closed(
     server, url = jwks_server
     keys = ClientKeys("ES384", "es-1")
     server.keys = [keys.jwk]
-    app = create_app(make_settings(tmp_path))
+    app = create_app(make_settings(tmp_path, base_url="http://testserver"))
     async with LifespanManager(app, startup_timeout=30), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
         clinic = await make_clinic(app, http)

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
+from platform_api.app import create_app
 from platform_api.smart.discovery import CAPABILITIES
+from tests.conftest import make_settings
 
 HERE = Path(__file__).parent
 # The IG's sample response (conformance.md), for the fields it shows.
@@ -72,3 +75,25 @@ async def test_the_capability_statement_carries_the_oauth_uris_and_smart_service
     assert uris["authorize"] == "http://testserver/oauth2/authorize"
     assert uris["token"] == "http://testserver/oauth2/token"
     assert {"register", "manage", "introspect", "revoke"} <= set(uris)
+
+
+async def test_the_host_header_never_makes_the_public_urls(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 32 result 9: without HEALTHPLATFORM_BASE_URL the URLs are the bind address
+    (said in the log at start); a request's Host changes nothing."""
+    caplog.set_level("WARNING", "healthplatform.app")
+    app = create_app(make_settings(tmp_path, http_host="127.0.0.1", http_port=8123))
+    assert "HEALTHPLATFORM_BASE_URL is not set" in caplog.text
+    async with LifespanManager(app, startup_timeout=30), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
+        found = await http.get("/.well-known/smart-configuration",
+                               headers={"Host": "evil.example"})
+        assert found.status_code == 200
+        assert found.json()["token_endpoint"] == "http://127.0.0.1:8123/oauth2/token"
+        assert "evil.example" not in found.text
+    configured = create_app(make_settings(tmp_path / "b", base_url="https://ehr.example.org"))
+    async with LifespanManager(configured, startup_timeout=30), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=configured), base_url="http://testserver") as http:
+        found = await http.get("/.well-known/smart-configuration",
+                               headers={"Host": "evil.example"})
+        assert found.json()["token_endpoint"] == "https://ehr.example.org/oauth2/token"

@@ -13,7 +13,7 @@ from fhirclient.models.observation import Observation
 
 from platform_api.app import create_app
 from tests.browser_support import run_server
-from tests.conftest import make_settings
+from tests.conftest import make_settings, served_at
 from tests.platform_api.smart.support import PASSWORD, REDIRECT_URI, hidden_fields, seed_now
 
 
@@ -23,6 +23,7 @@ def test_fhirclient_completes_a_standalone_launch_and_reads_the_patient(
     seeded = seed_now(settings)
     clinic = seeded.clinic
     with run_server(create_app(settings)) as base:
+        served_at(settings, base)
         smart = smart_client.FHIRClient(settings={
             "app_id": seeded.app["client_id"], "api_base": f"{base}/fhir",
             "redirect_uri": REDIRECT_URI,
