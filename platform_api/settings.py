@@ -86,6 +86,10 @@ class Settings(BaseSettings):
         '"jwks_uri"?: ..., "algorithms"?: [...]}}')
     redis_url: str = Field(default="", description="Redis for shared rate limits; empty: "
                            "in memory (one process)")
+    shared_addresses: list[str] = Field(
+        default_factory=list, description="JSON list of addresses or CIDRs many people sign "
+        "in from (a clinic's NAT gateway): failed logins there get a larger per-address "
+        'budget; per-account back-off is unchanged, e.g. ["196.201.214.7"]')
     rate_limit_enabled: bool = Field(default=True, description="Per-route request limits "
                                      "(login-failure and MFA-attempt limits always apply)")
     rate_limits: dict[str, str] = Field(default_factory=dict, description='JSON overrides '
@@ -250,7 +254,7 @@ class Settings(BaseSettings):
         ProfilePolicy.from_settings(value)  # a wrong mode or key stops the start here
         return value
 
-    @field_validator("trusted_proxies", "mobile_money_a_callback_ips",
+    @field_validator("trusted_proxies", "shared_addresses", "mobile_money_a_callback_ips",
                      "mobile_money_b_callback_ips")
     @classmethod
     def _networks(cls, entries: list[str], info: ValidationInfo) -> list[str]:

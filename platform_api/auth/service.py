@@ -34,6 +34,7 @@ The service also composes the rest of the auth area, each in its own module: API
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import math
 import time
@@ -514,7 +515,19 @@ class AuthService:
                 return [("known", f"device:{device.id}|{user['id']}")]
             if client.ip and client.ip in (await self._known_addresses(user["id"])):
                 return [("known", f"address:{client.ip}|{user['id']}")]
-        return [("account", f"account:{account}"), ("address", f"ip:{client.ip}")]
+        address = "shared" if self._shared(client.ip) else "address"
+        return [("account", f"account:{account}"), (address, f"ip:{client.ip}")]
+
+    def _shared(self, ip: str | None) -> bool:
+        """Whether ``ip`` is one an administrator named shared (a clinic's gateway)."""
+        if not ip or not self.settings.shared_addresses:
+            return False
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        return any(address in ipaddress.ip_network(n, strict=False)
+                   for n in self.settings.shared_addresses)
 
     async def _throttle(self, sources: list[tuple[str, str]], account: str,
                         client: ClientInfo) -> None:

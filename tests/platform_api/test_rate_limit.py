@@ -405,3 +405,28 @@ async def test_the_device_cookie_is_http_only_strict_and_secure_over_https(
         assert "Secure" not in plain.headers["set-cookie"]
         device = app.state.services.auth.devices.read(login.cookies["hp_device"])
         assert device is not None and device.knows(amina["user"]["id"])
+
+
+async def test_a_named_shared_address_keeps_a_first_time_sign_in_going(
+        tmp_path: Path) -> None:
+    """Issue 32 result 10: after others' failed logins at a clinic's NAT address, a
+    colleague signing in there for the first time gets 429, unless an administrator named
+    the address shared; the account's own back-off holds either way."""
+    for shared, expected in (([], 429), (["198.51.100.0/28"], 200)):
+        async with running(tmp_path / str(expected), shared_addresses=shared) as (app, client):
+            with_backoffs(app, address=Backoff(free=3, base=30.0, cap=60.0, window=600),
+                          shared=Backoff(free=30, base=30.0, cap=60.0, window=600),
+                          account=Backoff(free=3, base=30.0, cap=60.0, window=600))
+            colleague = await register_and_login(client, email="wanjiru@clinic.example.org")
+            async with at_address(client, "198.51.100.7") as clinic:
+                for i in range(4):  # someone else's typos, on four accounts
+                    await clinic.post("/api/auth/login", json={
+                        "email": f"typo{i}@clinic.example.org", "password": "wrong"})
+                first_time = await clinic.post("/api/auth/login", json={
+                    "email": colleague["user"]["email"], "password": PASSWORD})
+                assert first_time.status_code == expected, first_time.text
+                if shared:  # guessing one account still meets that account's back-off
+                    wrong = {"email": "typo0@clinic.example.org", "password": "guess"}
+                    answers = [await clinic.post("/api/auth/login", json=wrong)
+                               for _ in range(4)]
+                    assert answers[-1].status_code == 429
