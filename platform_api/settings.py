@@ -342,10 +342,6 @@ class Settings(BaseSettings):
     ai_model_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="Largest "
                                     "ONNX model accepted (the request body limit applies "
                                     "too)")
-    ai_model_check_memory_mb: int = Field(default=128, gt=0, description="Memory opening an "
-                                          "uploaded model may take (its worker process)")
-    ai_model_check_seconds: float = Field(default=20.0, gt=0, description="Time opening an "
-                                          "uploaded model may take")
     ai_inference_threads: int = Field(default=1, ge=0, description="onnxruntime intra-op "
                                       "threads per model (0: onnxruntime's default)")
     ai_image_max_pixels: int = Field(default=40_000_000, gt=0, description="Largest image "

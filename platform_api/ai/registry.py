@@ -25,29 +25,25 @@ file is an object of the blob store (:mod:`platform_api.sessions.blobs`, key
                     extension urn:healthplatform:extension:blob-key; no owner (the
                     registry is the platform's, readable by every signed-in user)
 
-An upload is checked before it is stored: onnxruntime must open it, in a worker process
-with a memory and time limit (``HEALTHPLATFORM_AI_MODEL_CHECK_MEMORY_MB``, ``_SECONDS``; it
-parses, checks and constant-folds the graph, so a tiny file declaring a huge constant is
-refused there, never on the event loop; 422 ``INVALID_MODEL``); labels must match the
-output's width and features the input's when the file says them (422). With ``activate``
-(default true) the new version becomes the task's active one and the previous active
-version turns inactive, in the same unit of work. Event ``platform.ai.model_registered``
-(and ``…_activated``).
+An upload is checked before it is stored: onnxruntime must open it (it parses and
+checks the graph; 422 ``INVALID_MODEL``); labels must match the output's width and features the
+input's when the file says them (422). With ``activate`` (default true) the new version
+becomes the task's active one and the previous active version turns inactive, in the
+same unit of work. Event ``platform.ai.model_registered`` (and ``…_activated``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import onnxruntime
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from pydantic import BaseModel, Field
 
 from fhir_server.caller import CallerFhir
 from fhir_server.ids import new_id
-from platform_api.ai.model_check import ModelRefused, check_model
 from platform_api.envelope import ApiError, Envelope, ErrorEnvelope, conflict, created, ok
 from platform_api.facade import (
     ApiContext,
@@ -162,27 +158,17 @@ def _last_dim(arg: Any) -> int | None:
     return shape[-1] if shape and isinstance(shape[-1], int) else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Arg:
-    """An input or output as the checking worker described it."""
-
-    name: str
-    type: str
-    shape: list[Any]
-
-
-async def inspect_model(path: str, labels: list[str], features: list[str], *,
-                        memory_mb: int, seconds: float) -> tuple[list[str], list[str]]:
-    """The graph's inputs and outputs described, once onnxruntime accepted the file in a
-    worker process with a memory and time limit (:mod:`platform_api.ai.model_check`; it
-    parses, checks and folds the graph, and refuses operators it cannot run): 422
+def inspect_model(content: bytes, labels: list[str], features: list[str]
+                  ) -> tuple[list[str], list[str]]:
+    """The graph's inputs and outputs described, once onnxruntime accepted the file (it
+    parses and checks the graph, and refuses operators it cannot run): 422
     ``INVALID_MODEL``, ``LABELS_MISMATCH``, ``FEATURES_MISMATCH``."""
     try:
-        found = await check_model(path, memory_mb=memory_mb, seconds=seconds)
-    except ModelRefused as exc:
-        raise ApiError(422, "INVALID_MODEL", str(exc), field="file") from None
-    inputs = [_Arg(**a) for a in found["inputs"]]
-    outputs = [_Arg(**a) for a in found["outputs"]]
+        session = onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own kinds (InvalidGraph, Fail, ...)
+        raise ApiError(422, "INVALID_MODEL", f"Not a usable ONNX model: {str(exc)[:300]}",
+                       field="file") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
     width = _last_dim(outputs[0]) if outputs else None
     if labels and width not in (None, len(labels)):
         raise ApiError(422, "LABELS_MISMATCH", f"The model's output has {width} values; "
@@ -320,10 +306,7 @@ async def upload_model(
                        f"{services.settings.ai_model_max_bytes} bytes") from None
     try:
         label_names, feature_names = _names(labels, "labels"), _names(features, "features")
-        inputs, outputs = await inspect_model(
-            str(spooled.path), label_names, feature_names,
-            memory_mb=services.settings.ai_model_check_memory_mb,
-            seconds=services.settings.ai_model_check_seconds)
+        inputs, outputs = inspect_model(spooled.path.read_bytes(), label_names, feature_names)
         device_id = new_id()
         device = model_device(
             device_id, form, description=description, labels=label_names,

@@ -51,16 +51,3 @@ def image_model(size: int = 16) -> bytes:
         [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2])],
         [numpy_helper.from_array(weights, "W")])
     return _model(graph)
-
-
-def huge_constant_model(side: int = 8192) -> bytes:
-    """A ~200-byte file whose graph declares a side x side float constant (256 MB at
-    8192): onnxruntime folds it when it opens the model (issue 32 result 5)."""
-    graph = helper.make_graph(
-        [helper.make_node("ConstantOfShape", ["shape"], ["big"],
-                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
-         helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0)],
-        "huge-constant", [],
-        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])],
-        [numpy_helper.from_array(np.array([side, side], dtype=np.int64), "shape")])
-    return _model(graph)

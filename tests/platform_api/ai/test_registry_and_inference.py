@@ -14,7 +14,6 @@ from tests.platform_api.ai.conftest import data, refusal
 from tests.platform_api.ai.onnx_models import (
     diagnosis_model,
     expected_probabilities,
-    huge_constant_model,
     image_model,
 )
 
@@ -177,24 +176,3 @@ async def test_decision_support_needs_a_clinical_role_in_any_organization(clinic
                                {"image": png((220, 40, 40)), "content_type": "image/png"})
     assert refusal(answer) == ((409, "NO_IMAGE_MODEL") if allowed else
                                (403, "CLINICAL_ROLE_REQUIRED"))
-
-
-async def test_a_model_declaring_a_huge_constant_is_refused_off_the_event_loop(clinic):
-    """Issue 32 result 5: the 8192x8192 constant is refused (422) by the worker process
-    that opens uploads; the server keeps answering meanwhile; a small one is accepted."""
-    import asyncio
-
-    model = huge_constant_model()
-    assert len(model) < 400
-    pending = asyncio.ensure_future(upload(clinic, model))
-    answered = 0
-    while not pending.done():
-        assert (await clinic.client.get("/healthz")).status_code == 200
-        answered += 1
-        await asyncio.sleep(0.05)
-    response = pending.result()
-    assert response.status_code == 422, response.text
-    assert refusal(response) == (422, "INVALID_MODEL")
-    assert "MB" in response.json()["error"]["message"]
-    assert answered >= 2  # /healthz was served while the worker opened the model
-    data(await upload(clinic, huge_constant_model(16), version="9.0.0"), 201)
