@@ -215,21 +215,13 @@ class ClinicalAudit:
                 log.exception("could not write the clinical audit events")
 
     async def flush(self) -> int:
-        """Write what was noted so far; how many AuditEvents."""
+        """Write what was noted so far to the audit log; how many AuditEvents."""
         notes, self._notes = self._notes, []
         if not notes:
             return 0
-        events = self.events_of(notes)
-        fhir = self.services.fhir
-        # One unit for the lot; one each on a store without multi-document transactions
-        # (a standalone MongoDB server).
-        together = getattr(fhir.store, "transactions", True) is not False
         try:
-            for batch in [events] if together else [[event] for event in events]:
-                async with fhir.store.unit_of_work() as uow:
-                    for event in batch:
-                        fhir.stage_create(uow, event, validated=True)
-                    await uow.commit()
+            events = self.events_of(notes)
+            await self.services.fhir.sources["AuditEvent"].append(events)
         except Exception:
             self._notes[:0] = notes  # kept for the next pass: an audit record is not dropped
             raise

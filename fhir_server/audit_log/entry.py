@@ -1,0 +1,128 @@
+"""One record of the audit log: an AuditEvent as the log keeps it.
+
+An :class:`Entry` is the AuditEvent's JSON text (without ``id`` and ``meta.versionId`` /
+``meta.lastUpdated``, which the log holds itself) plus what the audit searches compare,
+taken straight from the event's elements (no FHIRPath, no index extraction):
+
+- columns: ``id``, ``recorded`` (``AuditEvent.recorded`` in the store's sortable UTC form,
+  the ``date`` parameter), ``logged`` (when the log took it: ``_lastUpdated``),
+  ``action`` and ``outcome``;
+- keys, ``<parameter>=<value>``, one per value the event has (the log indexes them with
+  ``recorded`` so one key's events come out in date order):
+
+  =====================  =======================================================
+  ``agent=T/id``          ``agent.who.reference``
+  ``agent:identifier=``   ``agent.who.identifier`` as ``system|value`` and ``value``
+  ``entity=T/id``         ``entity.what.reference``
+  ``entity:identifier=``  ``entity.what.identifier`` (the request id), both forms
+  ``patient=Patient/id``  ``entity.what`` and ``agent.who`` that are Patients
+  ``type=`` / ``subtype=`` the codings, as ``system|code`` and ``code``
+  ``_security=``          ``meta.security`` as ``system|code`` (the owners)
+  =====================  =======================================================
+
+An event is rendered back (:func:`render`) with its id and ``meta`` put in: what a read
+or a search answers is the AuditEvent as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fhir_server.search.dates import date_range
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: str
+    recorded: str  # sortable UTC instant (fhir_server.search.dates form)
+    logged: str  # when the log took it, same form
+    action: str
+    outcome: str
+    keys: tuple[str, ...]
+    body: bytes  # the AuditEvent's JSON text, without id and meta versioning
+
+
+def _tokens(name: str, codings: Iterable[Any]) -> list[str]:
+    found = []
+    for coding in codings:
+        if not isinstance(coding, dict) or not isinstance(coding.get("code"), str):
+            continue
+        code = coding["code"]
+        system = coding.get("system")
+        found.append(f"{name}={code}")
+        found.append(f"{name}={system}|{code}" if isinstance(system, str) else
+                     f"{name}=|{code}")
+    return found
+
+
+def _reference(name: str, reference: Any, keys: list[str]) -> None:
+    """Keys of a Reference: its local reference, its identifier (both token forms), and
+    ``patient`` when it points at a Patient."""
+    if not isinstance(reference, dict):
+        return
+    target = reference.get("reference")
+    if isinstance(target, str) and "/" in target and "://" not in target:
+        local = "/".join(target.split("/_history/")[0].split("/")[-2:])
+        keys.append(f"{name}={local}")
+        if local.startswith("Patient/"):
+            keys.append(f"patient={local}")
+    identifier = reference.get("identifier")
+    if isinstance(identifier, dict) and isinstance(identifier.get("value"), str):
+        value = identifier["value"]
+        system = identifier.get("system")
+        keys.append(f"{name}:identifier={value}")
+        keys.append(f"{name}:identifier={system}|{value}" if isinstance(system, str) else
+                    f"{name}:identifier=|{value}")
+
+
+def keys_of(event: JSON) -> tuple[str, ...]:
+    keys: list[str] = []
+    for agent in event.get("agent") or ():
+        if isinstance(agent, dict):
+            _reference("agent", agent.get("who"), keys)
+    for entity in event.get("entity") or ():
+        if isinstance(entity, dict):
+            _reference("entity", entity.get("what"), keys)
+    if isinstance(event.get("type"), dict):
+        keys += _tokens("type", [event["type"]])
+    keys += _tokens("subtype", event.get("subtype") or ())
+    meta = event.get("meta")
+    for coding in (meta.get("security") or ()) if isinstance(meta, dict) else ():
+        if isinstance(coding, dict) and isinstance(coding.get("code"), str):
+            keys.append(f"_security={coding.get('system') or ''}|{coding['code']}")
+    return tuple(dict.fromkeys(keys))
+
+
+def entry_of(event: JSON, event_id: str, logged: str) -> Entry:
+    """The entry of a valid AuditEvent (``recorded`` is required by R4)."""
+    meta = event.get("meta")
+    kept = {k: v for k, v in meta.items() if k not in ("versionId", "lastUpdated")} \
+        if isinstance(meta, dict) else {}
+    # resourceType first, then meta (when any): render() puts the id and the versioning
+    # in at known places, without parsing the text again
+    body: JSON = {"resourceType": "AuditEvent", **({"meta": kept} if kept else {})}
+    body.update((k, v) for k, v in event.items() if k not in ("resourceType", "id", "meta"))
+    return Entry(event_id, date_range(str(event["recorded"]))[0], logged,
+                 str(event.get("action") or ""), str(event.get("outcome") or ""),
+                 keys_of(event), orjson.dumps(body))
+
+
+_HEAD = b'{"resourceType":"AuditEvent"'
+_META = _HEAD + b',"meta":{'
+
+
+def render(entry_id: str, logged: str, body: bytes) -> bytes:
+    """The AuditEvent as read: the stored text (as :func:`entry_of` wrote it) with its id
+    and ``meta`` (version 1, the instant the log took it) put in, without parsing it."""
+    head = _HEAD + b',"id":' + orjson.dumps(entry_id) + \
+        b',"meta":{"versionId":"1","lastUpdated":"' + logged.encode() + b'"'
+    if body.startswith(_META):
+        rest = body[len(_META):]
+        return head + (b"," + rest if not rest.startswith(b"}") else rest)
+    return head + b"}" + body[len(_HEAD):]
