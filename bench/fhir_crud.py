@@ -369,7 +369,7 @@ def main() -> None:
                 if (not args.only or p in args.only)
                 and (not args.callers or c in args.callers)]
         order = list(servers)
-        for round_ in range(args.rounds):
+        for _round in range(args.rounds):
             for phase, caller in plan:
                 for server in order:
                     runs.setdefault((phase, caller, server.name), []).append(

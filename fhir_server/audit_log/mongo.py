@@ -76,20 +76,22 @@ class MongoAuditLog:
         for name, documents in by_month.items():
             await (await self._collection(name)).insert_many(documents, ordered=False)
 
-    async def purge(self, before: str) -> int:
+    async def purge(self, before: str, logged_before: str) -> int:
         purged = 0
         for name in await self.partitions():
             start, end = _bounds(name)
             if start >= before:
                 break
             collection = self.store.db[name]
-            if end <= before:  # the whole month is past: the collection goes
+            late = await collection.count_documents({"logged": {"$gte": logged_before}})
+            if end <= before and not late:  # the whole month is past: the collection goes
                 purged += await collection.count_documents({})
                 await collection.drop()
                 self._indexed.discard(name)
             else:
                 purged += (await collection.delete_many(
-                    {"recorded": {"$lt": before}})).deleted_count
+                    {"recorded": {"$lt": before}, "logged": {"$lt": logged_before}})
+                ).deleted_count
         return purged
 
     # -- reading ---------------------------------------------------------------------------

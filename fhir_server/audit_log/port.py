@@ -46,9 +46,9 @@ class AuditLog(Protocol):
 
     async def search(self, query: LogQuery) -> LogPage: ...
 
-    async def purge(self, before: str) -> int:
-        """Remove the entries recorded before ``before`` (a sortable UTC instant); how
-        many went."""
+    async def purge(self, before: str, logged_before: str) -> int:
+        """Remove the entries recorded before ``before`` and logged before
+        ``logged_before`` (sortable UTC instants); how many went."""
         ...
 
     async def oldest(self) -> str | None:

@@ -26,7 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fhir_server.audit_log.entry import Entry
+import orjson
+
+from fhir_server.audit_log.entry import Entry, keys_of
 from fhir_server.audit_log.port import Found, LogPage
 from fhir_server.audit_log.query import LogQuery
 from fhir_server.search.plan import Cursor
@@ -128,10 +130,10 @@ class SQLiteAuditLog:
         if entries:
             await self._in_writer(_append, list(entries))
 
-    async def purge(self, before: str) -> int:
+    async def purge(self, before: str, logged_before: str) -> int:
         purged = 0
         while True:
-            gone = await self._in_writer(_purge_chunk, before)
+            gone = await self._in_writer(_purge_chunk, before, logged_before)
             purged += gone
             if gone < PURGE_CHUNK:
                 return purged
@@ -188,15 +190,17 @@ def _append(conn: sqlite3.Connection, entries: list[Entry]) -> None:
         raise
 
 
-def _purge_chunk(conn: sqlite3.Connection, before: str) -> int:
+def _purge_chunk(conn: sqlite3.Connection, before: str, logged_before: str) -> int:
     conn.execute("BEGIN IMMEDIATE")
     try:
-        rows = conn.execute("SELECT seq, recorded FROM entries WHERE recorded < ? "
-                            "ORDER BY recorded LIMIT ?", (before, PURGE_CHUNK)).fetchall()
-        if rows:
-            conn.executemany("DELETE FROM entries WHERE seq = ?", [(r[0],) for r in rows])
-            conn.execute("DELETE FROM entry_keys WHERE recorded < ? AND seq <= ?",
-                         (before, max(r[0] for r in rows)))
+        rows = conn.execute(
+            "SELECT seq, recorded, body FROM entries WHERE recorded < ? AND logged < ? "
+            "ORDER BY recorded LIMIT ?", (before, logged_before, PURGE_CHUNK)).fetchall()
+        # an entry's keys are those of its event: found again from the text
+        conn.executemany("DELETE FROM entry_keys WHERE key = ? AND recorded = ? AND seq = ?",
+                         [(key, recorded, seq) for seq, recorded, body in rows
+                          for key in keys_of(orjson.loads(body))])
+        conn.executemany("DELETE FROM entries WHERE seq = ?", [(r[0],) for r in rows])
         conn.execute("COMMIT")
         return len(rows)
     except BaseException:
@@ -215,8 +219,8 @@ def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
     where: list[str] = []
     args: list[Any] = []
     if driver is not None:
-        source = (f"entry_keys d JOIN entries e ON e.seq = d.seq "
-                  f"AND e.recorded = d.recorded")
+        source = ("entry_keys d JOIN entries e ON e.seq = d.seq "
+                  "AND e.recorded = d.recorded")
         where.append(f"d.key {_in(driver)}")
         args.extend(driver)
         at = "d"

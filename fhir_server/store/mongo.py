@@ -41,6 +41,7 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from fhir_server.audit_log.mongo import MongoAuditLog
 from fhir_server.clock import now_instant
 from fhir_server.search.plan import AccessGrant, SearchPlan
 from fhir_server.store.includes import collect_includes
@@ -79,7 +80,6 @@ from fhir_server.store.port import (
     StoreError,
     TransactionsUnavailable,
 )
-from fhir_server.audit_log.mongo import MongoAuditLog
 from fhir_server.store.unit_of_work import StagedDocument, StagedUnit, reset, run_callbacks
 from fhir_server.store.writes import NEVER_WRITTEN, CurrentState, decide
 

@@ -56,6 +56,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from fhir_server.audit_log.retention import Expired, expire
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
 from fhir_server.validation import is_resource_type
@@ -146,6 +147,7 @@ class ClinicalAudit:
         self._notes: list[Note] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
         self._types: tuple[str, frozenset[str]] | None = None
 
     def clinical_types(self) -> frozenset[str]:
@@ -186,19 +188,24 @@ class ClinicalAudit:
                                 elevation.reason))
 
     def start(self) -> None:
-        self.services.fhir.add_access_listener(self.note)
-        self.services.policy.add_refusal_listener(self.refused)
-        self.services.policy.add_elevation_listener(self.elevated)
-        self._task = asyncio.create_task(self._run(), name="clinical-audit")
+        """Record (unless ``clinical_audit`` is off) and apply the log's retention."""
+        if self.settings.clinical_audit:
+            self.services.fhir.add_access_listener(self.note)
+            self.services.policy.add_refusal_listener(self.refused)
+            self.services.policy.add_elevation_listener(self.elevated)
+            self._task = asyncio.create_task(self._run(), name="clinical-audit")
+        if self.settings.audit_retention_days > 0:
+            self._retention = asyncio.create_task(self._expire(), name="audit-retention")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        for task in (self._task, self._retention):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._task = self._retention = None
         await self.flush()
 
     async def _run(self) -> None:
@@ -213,6 +220,20 @@ class ClinicalAudit:
                 await self.flush()
             except Exception:
                 log.exception("could not write the clinical audit events")
+
+    async def _expire(self) -> None:
+        while True:
+            try:
+                await self.expire()
+            except Exception:
+                log.exception("could not apply the audit log's retention")
+            await asyncio.sleep(self.settings.audit_retention_check_seconds)
+
+    async def expire(self, now: datetime | None = None) -> Expired | None:
+        """Export the AuditEvents past the retention to the archive, then remove them."""
+        settings = self.settings
+        archive = settings.audit_archive_dir or settings.data_dir / "audit-archive"
+        return await expire(self.services.fhir, settings.audit_retention_days, archive, now)
 
     async def flush(self) -> int:
         """Write what was noted so far to the audit log; how many AuditEvents."""
@@ -573,9 +594,7 @@ async def record_audit_event(body: AuditCreate, ctx: ApiContext = Depends(api_co
     return created(audit_view(orjson.loads(staged.result.body)))
 
 
-def start_audit(services: Services) -> ClinicalAudit | None:
-    if not services.settings.clinical_audit:
-        return None
+def start_audit(services: Services) -> ClinicalAudit:
     recorder = ClinicalAudit(services)
     recorder.start()
     services.extras[AUDIT] = recorder
