@@ -56,7 +56,10 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from fhir_server.audit_log.entry import Entry, render, sortable
 from fhir_server.audit_log.retention import Expired, expire
+from fhir_server.clock import now_instant
+from fhir_server.ids import new_id
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
 from fhir_server.validation import is_resource_type
@@ -241,16 +244,23 @@ class ClinicalAudit:
         if not notes:
             return 0
         try:
-            events = self.events_of(notes)
-            await self.services.fhir.sources["AuditEvent"].append(events)
+            entries = self.entries_of(notes)
+            await self.services.fhir.sources["AuditEvent"].log.append(entries)
         except Exception:
             self._notes[:0] = notes  # kept for the next pass: an audit record is not dropped
             raise
-        return len(events)
+        return len(entries)
 
     def events_of(self, notes: Sequence[Note]) -> list[JSON]:
+        """The AuditEvents of ``notes`` (as :meth:`entries_of` writes them)."""
+        return [orjson.loads(render(e.id, e.logged, e.body)) for e in self.entries_of(notes)]
+
+    def entries_of(self, notes: Sequence[Note]) -> list[Entry]:
         """One AuditEvent per request, interaction and outcome: the resources one /api
-        request read (the patient, then the record) are the entities of one event."""
+        request read (the patient, then the record) are the entities of one event. Built
+        straight into the log's entries (their keys from what the notes say, the shared
+        parts of the events made once a batch): the batch's cost is paid by the server
+        beside the requests it records."""
         groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
         for note in notes:
             key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
@@ -261,46 +271,116 @@ class ClinicalAudit:
                 content = resource if isinstance(resource, dict) else _content(resource)
                 resources.setdefault((content.get("resourceType"), content.get("id"),
                                       content.get("_version")), content)
-        return [self._event(note, list(resources.values()))
+        logged = now_instant()
+        batch = _Batch(self.settings.service_name)
+        return [self._entry(batch, note, list(resources.values()), logged)
                 for note, resources in groups.values()]
 
-    def _event(self, note: Note, resources: list[JSON]) -> JSON:
+    def _entry(self, batch: _Batch, note: Note, resources: list[JSON], logged: str
+               ) -> Entry:
         search = note.interaction == "search"
         compartments = self.services.fhir.compartments
         patients: list[str] = []
         owners: set[str] = set()
+        refused_write = bool(note.refusal) and bool(note.resources) and isinstance(
+            note.resources[0], dict)
         for resource in resources:
             owners |= owner_labels(resource)
-            if note.refusal and isinstance(note.resources[0], dict):
+            if refused_write:
                 # A refused write: it names patients the writer may not see, and the event
                 # is its own organization's to read; the resource entity says what it was.
                 continue
             for patient_id in sorted(compartments.patients_of(resource)):
                 if patient_id not in patients:
                     patients.append(patient_id)
-        entities: list[JSON] = [] if search else [
-            _resource_entity(r) for r in resources[:MAX_ENTITIES]]
+        keys: list[str] = []
+        entities: list[JSON] = []
         if search:
             kinds = sorted({str(r.get("resourceType")) for r in resources})
             entities.append({
-                "type": coding(ENTITY_TYPE, "2", "System Object"),
-                "role": coding(OBJECT_ROLE, "24", "Query"),
+                "type": SYSTEM_OBJECT, "role": QUERY_ROLE,
                 "query": base64.b64encode(",".join(kinds).encode()).decode("ascii"),
                 "description": f"{len(resources)} resources"})
-        entities += [_patient_entity(p) for p in patients[:MAX_PATIENTS]]
-        interaction = INTERACTIONS.get(note.interaction, note.interaction)
-        restful = note.interaction in ACTIONS
-        subtype = coding(INTERACTION, interaction, interaction) if restful else coding(
-            SUBTYPES, interaction, interaction.replace(":", " "))
-        event = audit_event(
-            note.principal, kind=coding(EVENT_TYPE, "rest", "RESTful Operation") if restful
-            else coding(DCM, "110113", "Security Alert"), subtype=subtype,
-            action=ACTIONS.get(note.interaction, "E"), recorded=note.recorded,
-            outcome="4" if note.refusal else "0",
-            description=note.refusal or note.description,
-            address=note.address, user_agent=note.user_agent, request_id=note.request_id,
-            entities=entities, service=self.settings.service_name)
-        return with_owners(event, owners) if owners else event
+        else:
+            for resource in resources[:MAX_ENTITIES]:
+                entity = _resource_entity(resource)
+                entities.append(entity)
+                reference = entity["what"]["reference"]
+                keys.append(f"entity={reference}")
+                if reference.startswith("Patient/"):
+                    keys.append(f"patient={reference}")
+        for patient_id in patients[:MAX_PATIENTS]:
+            entities.append(_patient_entity(patient_id))
+            keys += (f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}")
+        if note.request_id:
+            entities.append(_request_entity(note.request_id))
+            keys += (f"entity:identifier={note.request_id}",
+                     f"entity:identifier={REQUEST_SYSTEM}|{note.request_id}")
+        agents, agent_keys = batch.agents(note.principal, note.address, note.user_agent)
+        kind, subtype, kind_keys = batch.kinds(note.interaction)
+        outcome = "4" if note.refusal else "0"
+        action = ACTIONS.get(note.interaction, "E")
+        event: JSON = {"resourceType": "AuditEvent"}
+        if owners:
+            event["meta"] = {"security": [{"system": OWNER_SYSTEM, "code": o}
+                                          for o in sorted(owners)]}
+            keys += (f"_security={OWNER_SYSTEM}|{o}" for o in sorted(owners))
+        event.update(type=kind, subtype=[subtype], action=action, recorded=note.recorded,
+                     outcome=outcome, agent=agents, source=batch.source, entity=entities)
+        description = note.refusal or note.description
+        if description:
+            event["outcomeDesc"] = description[:1000]
+        return Entry(new_id(), sortable(note.recorded), logged, action, outcome,
+                     tuple(dict.fromkeys([*keys, *agent_keys, *kind_keys])),
+                     orjson.dumps(event))
+
+
+SYSTEM_OBJECT = coding(ENTITY_TYPE, "2", "System Object")
+QUERY_ROLE = coding(OBJECT_ROLE, "24", "Query")
+DOMAIN_RESOURCE = coding(OBJECT_ROLE, "4", "Domain Resource")
+PERSON = coding(ENTITY_TYPE, "1", "Person")
+PATIENT_ROLE = coding(OBJECT_ROLE, "1", "Patient")
+
+
+class _Batch:
+    """What the events of one batch share, made once: the agents of each caller (and
+    their keys), the type and subtype of each interaction, the source."""
+
+    def __init__(self, service: str):
+        self.service = service
+        self.source = _source(service)
+        self._agents: dict[tuple[Any, ...], tuple[list[JSON], list[str]]] = {}
+        self._kinds: dict[str, tuple[JSON, JSON, list[str]]] = {}
+
+    def agents(self, principal: Principal, address: str | None, user_agent: str | None
+               ) -> tuple[list[JSON], list[str]]:
+        key = (principal.kind, principal.user_id, principal.email, principal.roles,
+               principal.token_id, principal.smart.client_id if principal.smart else None,
+               address, user_agent)
+        found = self._agents.get(key)
+        if found is None:
+            agents = _agents(principal, address, user_agent)
+            keys: list[str] = []
+            for agent in agents:
+                identifier = agent["who"]["identifier"]
+                keys += (f"agent:identifier={identifier['value']}",
+                         f"agent:identifier={identifier['system']}|{identifier['value']}")
+            found = self._agents[key] = (agents, keys)
+        return found
+
+    def kinds(self, interaction: str) -> tuple[JSON, JSON, list[str]]:
+        found = self._kinds.get(interaction)
+        if found is None:
+            code = INTERACTIONS.get(interaction, interaction)
+            restful = interaction in ACTIONS
+            subtype = coding(INTERACTION, code, code) if restful else coding(
+                SUBTYPES, code, code.replace(":", " "))
+            kind = coding(EVENT_TYPE, "rest", "RESTful Operation") if restful else coding(
+                DCM, "110113", "Security Alert")
+            keys = [f"{name}={value}" for name, c in (("type", kind), ("subtype", subtype))
+                    for value in (c["code"], f"{c['system']}|{c['code']}")]
+            found = self._kinds[interaction] = (kind, subtype, keys)
+        return found
 
 
 def _content(stored: StoredResource) -> JSON:
@@ -313,8 +393,7 @@ def _content(stored: StoredResource) -> JSON:
 def _resource_entity(resource: JSON) -> JSON:
     entity: JSON = {"what": {"reference": f"{resource.get('resourceType')}/"
                                           f"{resource.get('id')}"},
-                    "type": coding(ENTITY_TYPE, "2", "System Object"),
-                    "role": coding(OBJECT_ROLE, "4", "Domain Resource")}
+                    "type": SYSTEM_OBJECT, "role": DOMAIN_RESOURCE}
     version = resource.get("_version") or (resource.get("meta") or {}).get("versionId")
     if version:
         entity["detail"] = [{"type": "versionId", "valueString": str(version)}]
@@ -322,9 +401,21 @@ def _resource_entity(resource: JSON) -> JSON:
 
 
 def _patient_entity(patient_id: str) -> JSON:
-    return {"what": {"reference": f"Patient/{patient_id}"},
-            "type": coding(ENTITY_TYPE, "1", "Person"),
-            "role": coding(OBJECT_ROLE, "1", "Patient")}
+    return {"what": {"reference": f"Patient/{patient_id}"}, "type": PERSON,
+            "role": PATIENT_ROLE}
+
+
+def _request_entity(request_id: str) -> JSON:
+    """The X-Request-ID of the request, to find its log lines."""
+    return {"what": {"identifier": {"system": REQUEST_SYSTEM, "value": request_id}},
+            "type": SYSTEM_OBJECT, "description": "request"}
+
+
+def _source(service: str) -> JSON:
+    return {"site": service,
+            "observer": {"identifier": {"system": SERVICE_SYSTEM, "value": "fhir"},
+                         "display": f"{service} clinical data"},
+            "type": [coding(SOURCE_TYPE, "4", "Application Server")]}
 
 
 def _agents(principal: Principal, address: str | None, user_agent: str | None) -> list[JSON]:
@@ -364,10 +455,7 @@ def audit_event(principal: Principal, *, kind: JSON, subtype: JSON, action: str,
                 user_agent: str | None, request_id: str | None, entities: list[JSON],
                 service: str, purpose: str | None = None, period_start: str | None = None
                 ) -> JSON:
-    source: JSON = {"site": service,
-                    "observer": {"identifier": {"system": SERVICE_SYSTEM, "value": "fhir"},
-                                 "display": f"{service} clinical data"},
-                    "type": [coding(SOURCE_TYPE, "4", "Application Server")]}
+    source = _source(service)
     agents = _agents(principal, address, user_agent)
     if purpose:
         agents[0]["purposeOfUse"] = [{"coding": [coding(PURPOSE, purpose)]}]
@@ -378,10 +466,8 @@ def audit_event(principal: Principal, *, kind: JSON, subtype: JSON, action: str,
         event["outcomeDesc"] = description[:1000]
     if period_start:
         event["period"] = {"start": period_start}
-    if request_id:  # the X-Request-ID of the request, to find its log lines
-        event["entity"] = [*entities, {
-            "what": {"identifier": {"system": REQUEST_SYSTEM, "value": request_id}},
-            "type": coding(ENTITY_TYPE, "2", "System Object"), "description": "request"}]
+    if request_id:
+        event["entity"] = [*entities, _request_entity(request_id)]
     return event
 
 

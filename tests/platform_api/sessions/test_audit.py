@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from fhir_server.audit_log.entry import keys_of
 from fhir_server.validation import validate_resource
 from tests.platform_api.sessions.conftest import data, refusal
 
@@ -268,3 +269,23 @@ async def test_events_past_the_retention_are_exported_then_removed(client, clini
     left = data(await client.get(f"/api/clinical/audit/resource/Observation/{observation_id}",
                                  headers=clinic["admin"]["headers"]))
     assert left == []
+
+
+async def test_the_keys_of_each_entry_are_those_of_its_event(client, clinic, app) -> None:
+    """The recorder writes the log's keys itself (not by reading the event back): they
+    must be what the event says, or searches would miss it."""
+    key = data(await client.post("/api/developer/keys", headers=clinic["doctor"]["headers"],
+                                 json={"name": "ward-dashboard",
+                                       "scopes": ["Observation:read"]}), 201)
+    observation_id = await observation(client, clinic)
+    await client.get(f"/fhir/Observation/{observation_id}", headers={"X-API-Key": key["key"]})
+    await client.get(f"/fhir/Observation?subject=Patient/{clinic['patient_id']}",
+                     headers=clinic["nurse"]["headers"])
+    await client.get(f"/fhir/Patient/{clinic['patient_id']}",
+                     headers=clinic["receptionist"]["headers"]
+                     if "receptionist" in clinic else clinic["admin"]["headers"])
+    recorder = app.state.services.extras["sessions.clinical_audit"]
+    entries = recorder.entries_of(list(recorder._notes))
+    assert len(entries) >= 4
+    for entry in entries:
+        assert set(entry.keys) == set(keys_of(orjson.loads(entry.body))), entry.body
