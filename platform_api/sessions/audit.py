@@ -73,6 +73,7 @@ from platform_api.audit import (
     SOURCE_TYPE,
 )
 from platform_api.auth.principal import Principal
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, Envelope, created, not_found
 from platform_api.facade import ApiContext, Facade, SearchParam, api_context
 from platform_api.observability import request_id_var, request_scope_var
@@ -122,13 +123,14 @@ ELEVATION = "elevation"
 
 
 def _client() -> tuple[str | None, str | None]:
+    """Where the request came from: the client's address (behind a trusted proxy, the
+    one it forwarded: what the access log says too) and its user agent."""
     scope = request_scope_var.get()
     if scope is None:
         return None, None
-    client = scope.get("client")
     agent = next((v.decode("latin-1")[:200] for k, v in scope.get("headers") or ()
                   if k == b"user-agent"), None)
-    return (client[0] if client else None), agent
+    return client_origin(scope).address, agent
 
 
 def _now() -> str:
