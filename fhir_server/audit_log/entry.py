@@ -12,13 +12,16 @@ taken straight from the event's elements (no FHIRPath, no index extraction):
 
   =====================  =======================================================
   ``agent=T/id``          ``agent.who.reference``
-  ``agent:identifier=``   ``agent.who.identifier`` as ``system|value`` and ``value``
+  ``agent:identifier=``   ``agent.who.identifier`` as ``value|system``
   ``entity=T/id``         ``entity.what.reference``
-  ``entity:identifier=``  ``entity.what.identifier`` (the request id), both forms
+  ``entity:identifier=``  ``entity.what.identifier`` (the request id), ``value|system``
   ``patient=Patient/id``  ``entity.what`` and ``agent.who`` that are Patients
-  ``type=`` / ``subtype=`` the codings, as ``system|code`` and ``code``
-  ``_security=``          ``meta.security`` as ``system|code`` (the owners)
+  ``type=`` / ``subtype=`` the codings, as ``code|system``
+  ``_security=``          ``meta.security`` as ``code|system`` (the owners)
   =====================  =======================================================
+
+  Tokens are written code first (:func:`token_key`): one key answers both a search by
+  ``system|code`` (that key) and by ``code`` alone (the keys starting ``code|``).
 
 An event is rendered back (:func:`render`) with its id and ``meta`` put in: what a read
 or a search answers is the AuditEvent as written.
@@ -48,17 +51,14 @@ class Entry:
     body: bytes  # the AuditEvent's JSON text, without id and meta versioning
 
 
+def token_key(name: str, code: str, system: Any) -> str:
+    """The key of a token value: ``name=code|system`` (``name=code|`` without a system)."""
+    return f"{name}={code}|{system if isinstance(system, str) else ''}"
+
+
 def _tokens(name: str, codings: Iterable[Any]) -> list[str]:
-    found = []
-    for coding in codings:
-        if not isinstance(coding, dict) or not isinstance(coding.get("code"), str):
-            continue
-        code = coding["code"]
-        system = coding.get("system")
-        found.append(f"{name}={code}")
-        found.append(f"{name}={system}|{code}" if isinstance(system, str) else
-                     f"{name}=|{code}")
-    return found
+    return [token_key(name, c["code"], c.get("system")) for c in codings
+            if isinstance(c, dict) and isinstance(c.get("code"), str)]
 
 
 def _reference(name: str, reference: Any, keys: list[str]) -> None:
@@ -74,11 +74,8 @@ def _reference(name: str, reference: Any, keys: list[str]) -> None:
             keys.append(f"patient={local}")
     identifier = reference.get("identifier")
     if isinstance(identifier, dict) and isinstance(identifier.get("value"), str):
-        value = identifier["value"]
-        system = identifier.get("system")
-        keys.append(f"{name}:identifier={value}")
-        keys.append(f"{name}:identifier={system}|{value}" if isinstance(system, str) else
-                    f"{name}:identifier=|{value}")
+        keys.append(token_key(f"{name}:identifier", identifier["value"],
+                              identifier.get("system")))
 
 
 def keys_of(event: JSON) -> tuple[str, ...]:
@@ -93,9 +90,8 @@ def keys_of(event: JSON) -> tuple[str, ...]:
         keys += _tokens("type", [event["type"]])
     keys += _tokens("subtype", event.get("subtype") or ())
     meta = event.get("meta")
-    for coding in (meta.get("security") or ()) if isinstance(meta, dict) else ():
-        if isinstance(coding, dict) and isinstance(coding.get("code"), str):
-            keys.append(f"_security={coding.get('system') or ''}|{coding['code']}")
+    keys += _tokens("_security", (meta.get("security") or ()) if isinstance(meta, dict)
+                    else ())
     return tuple(dict.fromkeys(keys))
 
 

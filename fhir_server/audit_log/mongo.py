@@ -12,6 +12,7 @@ clinical collections or their transactions.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from pymongo import ASCENDING, DESCENDING
 
 from fhir_server.audit_log.entry import Entry
 from fhir_server.audit_log.port import Found, LogPage
-from fhir_server.audit_log.query import LogQuery
+from fhir_server.audit_log.query import LogQuery, Prefix
 from fhir_server.search.plan import Cursor
 
 PREFIX = "audit_log_"
@@ -171,9 +172,14 @@ def _after(order: tuple[str, ...], key: Sequence[Any], descending: bool) -> dict
     return {"$or": alternatives}
 
 
+def _any(group: tuple[str, ...]) -> list[Any]:
+    """A group's members for ``$in``: keys, and anchored expressions for prefixes."""
+    return [re.compile("^" + re.escape(k)) if isinstance(k, Prefix) else k for k in group]
+
+
 def _filter(query: LogQuery) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = [{"keys": {"$in": list(g)}} for g in query.groups]
-    parts += [{"keys": {"$nin": list(g)}} for g in query.excluded]
+    parts: list[dict[str, Any]] = [{"keys": {"$in": _any(g)}} for g in query.groups]
+    parts += [{"keys": {"$nin": _any(g)}} for g in query.excluded]
     for found in query.ranges:
         bounds = {}
         if found.low is not None:
@@ -186,6 +192,6 @@ def _filter(query: LogQuery) -> dict[str, Any]:
         parts.append({column: {"$nin" if negate else "$in": list(values)}})
     parts += [{"_id": {"$in": list(ids)}} for ids in query.ids]
     if query.access is not None:
-        parts.append({"$or": [{"$and": [{"keys": {"$in": list(g)}} for g in groups]}
+        parts.append({"$or": [{"$and": [{"keys": {"$in": _any(g)}} for g in groups]}
                               for groups in query.access]})
     return {"$and": parts} if parts else {}

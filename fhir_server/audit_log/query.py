@@ -10,7 +10,7 @@ parameter: a parameter it does not index is a 400 naming the ones it does (never
 answer that silently ignored a criterion).
 
 Grants compile like any search's (:mod:`fhir_server.access`): an owner label is the key
-``_security=urn:healthplatform:organization|<org>``, a patient the key
+``_security=<org>|urn:healthplatform:organization``, a patient the key
 ``patient=Patient/<id>``; a grant for other types than AuditEvent does not apply; one
 with identifiers or token filters the log cannot check admits nothing (fail closed).
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fhir_server.audit_log.entry import token_key
 from fhir_server.search.plan import (
     AccessGrant,
     Clause,
@@ -38,6 +39,18 @@ COLUMN_TOKENS = ("action", "outcome")
 SEARCHED = ("_id", "_lastUpdated", "date", "action", "outcome", "type", "subtype", "agent",
             "agent:identifier", "entity", "entity:identifier", "patient", "_security")
 SORTS = {"date": "recorded", "_lastUpdated": "logged"}
+
+
+class Prefix(str):
+    """A group member matching every key that starts with it (a token searched by its
+    code alone: ``subtype=read|`` matches ``subtype=read|<any system>``)."""
+
+    __slots__ = ()
+
+    @property
+    def end(self) -> str:
+        """The first key past every key with this prefix."""
+        return self + "\U0010ffff"
 
 
 @dataclass(slots=True)
@@ -150,10 +163,11 @@ def _code(criterion: Any, name: str) -> str:
 
 
 def _token_key(param: str, criterion: Any, name: str) -> str:
+    """``system|code`` and ``|code`` are one key; ``code`` the keys it starts."""
     code = _code(criterion, name)
-    if criterion.system is not None:
-        return f"{param}={criterion.system}|{code}"
-    return f"{param}=|{code}" if criterion.no_system else f"{param}={code}"
+    if criterion.system is not None or criterion.no_system:
+        return token_key(param, code, criterion.system)
+    return Prefix(token_key(param, code, None))
 
 
 def _reference_key(param: str, criterion: Any, name: str) -> str:
@@ -188,7 +202,8 @@ def _access(grants: tuple[AccessGrant, ...] | None) -> list[list[tuple[str, ...]
             continue  # AuditEvent has no identifier; token filters are not kept: none
         groups: list[tuple[str, ...]] = []
         if grant.owners is not None:
-            groups.append(tuple(f"_security={o.system or ''}|{o.code}" for o in grant.owners))
+            groups.append(tuple(_token_key("_security", o, "_security")
+                                for o in grant.owners))
         if grant.patients is not None:
             groups.append(tuple(f"patient=Patient/{p}" for p in grant.patients))
         if not groups:

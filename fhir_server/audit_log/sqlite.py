@@ -27,9 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from fhir_server.audit_log.entry import Entry
 from fhir_server.audit_log.port import Found, LogPage
-from fhir_server.audit_log.query import LogQuery
+from fhir_server.audit_log.query import LogQuery, Prefix
 from fhir_server.search.plan import Cursor
 
 _SCHEMA = """
@@ -40,7 +42,7 @@ CREATE TABLE IF NOT EXISTS entries (
     logged TEXT NOT NULL,
     action TEXT NOT NULL,
     outcome TEXT NOT NULL,
-    keys TEXT NOT NULL,  -- the entry's keys, one a line: what its purge removes
+    keys TEXT NOT NULL,  -- the entry's keys (a JSON array): entry_keys is made from it
     body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_recorded ON entries (recorded, seq);
@@ -172,17 +174,21 @@ class SQLiteAuditLog:
 
 
 def _append(conn: sqlite3.Connection, entries: list[Entry]) -> None:
+    """One transaction: the entries (one statement run for all), then their keys in one
+    statement SQLite runs by itself from each entry's key list (``json_each``): the
+    writer thread binds a handful of values an entry, not one per key, so it hardly
+    holds the interpreter's lock while the requests need it."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        keys: list[tuple[str, str, int]] = []
-        for entry in entries:
-            seq = conn.execute(
-                "INSERT INTO entries (id, recorded, logged, action, outcome, keys, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (entry.id, entry.recorded, entry.logged, entry.action, entry.outcome,
-                 "\n".join(entry.keys), entry.body)).lastrowid
-            keys.extend((key, entry.recorded, seq) for key in entry.keys)  # type: ignore[misc]
-        conn.executemany("INSERT OR IGNORE INTO entry_keys VALUES (?, ?, ?)", keys)
+        last = conn.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO entries (id, recorded, logged, action, outcome, keys, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(e.id, e.recorded, e.logged, e.action, e.outcome,
+              orjson.dumps(e.keys).decode(), e.body) for e in entries])
+        conn.execute("INSERT OR IGNORE INTO entry_keys (key, recorded, seq) "
+                     "SELECT k.value, e.recorded, e.seq FROM entries e, json_each(e.keys) k "
+                     "WHERE e.seq > ?", (last,))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -192,15 +198,18 @@ def _append(conn: sqlite3.Connection, entries: list[Entry]) -> None:
 def _purge_chunk(conn: sqlite3.Connection, before: str, logged_before: str) -> int:
     conn.execute("BEGIN IMMEDIATE")
     try:
-        rows = conn.execute(
-            "SELECT seq, recorded, keys FROM entries WHERE recorded < ? AND logged < ? "
-            "ORDER BY recorded LIMIT ?", (before, logged_before, PURGE_CHUNK)).fetchall()
-        conn.executemany("DELETE FROM entry_keys WHERE key = ? AND recorded = ? AND seq = ?",
-                         [(key, recorded, seq) for seq, recorded, keys in rows
-                          for key in keys.split("\n") if key])
-        conn.executemany("DELETE FROM entries WHERE seq = ?", [(r[0],) for r in rows])
+        seqs = [r[0] for r in conn.execute(
+            "SELECT seq FROM entries WHERE recorded < ? AND logged < ? ORDER BY seq LIMIT ?",
+            (before, logged_before, PURGE_CHUNK))]
+        if seqs:
+            chunk = "e.seq BETWEEN ? AND ? AND e.recorded < ? AND e.logged < ?"
+            args = (seqs[0], seqs[-1], before, logged_before)
+            conn.execute("DELETE FROM entry_keys WHERE (key, recorded, seq) IN ("
+                         "SELECT k.value, e.recorded, e.seq FROM entries e, "
+                         f"json_each(e.keys) k WHERE {chunk})", args)
+            conn.execute(f"DELETE FROM entries AS e WHERE {chunk}", args)
         conn.execute("COMMIT")
-        return len(rows)
+        return len(seqs)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -208,6 +217,20 @@ def _purge_chunk(conn: sqlite3.Connection, before: str, logged_before: str) -> i
 
 def _in(values: Sequence[str]) -> str:
     return f"IN ({', '.join('?' * len(values))})"
+
+
+def _matches(column: str, group: tuple[str, ...], args: list[Any]) -> str:
+    """``column`` is one of the group's keys, or starts with one of its prefixes."""
+    exact = [k for k in group if not isinstance(k, Prefix)]
+    tests = []
+    if exact:
+        tests.append(f"{column} {_in(exact)}")
+        args.extend(exact)
+    for prefix in group:
+        if isinstance(prefix, Prefix):
+            tests.append(f"({column} >= ? AND {column} < ?)")
+            args.extend((prefix, prefix.end))
+    return tests[0] if len(tests) == 1 else "(" + " OR ".join(tests) + ")"
 
 
 def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
@@ -219,8 +242,7 @@ def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
     if driver is not None:
         source = ("entry_keys d JOIN entries e ON e.seq = d.seq "
                   "AND e.recorded = d.recorded")
-        where.append(f"d.key {_in(driver)}")
-        args.extend(driver)
+        where.append(_matches("d.key", driver, args))
         at = "d"
     else:
         source, at = "entries e", "e"
@@ -234,8 +256,7 @@ def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
             args.append(found.high)
 
     def has(group: tuple[str, ...]) -> str:
-        args.extend(group)
-        return (f"EXISTS (SELECT 1 FROM entry_keys k WHERE k.key {_in(group)} "
+        return (f"EXISTS (SELECT 1 FROM entry_keys k WHERE {_matches('k.key', group, args)} "
                 "AND k.recorded = e.recorded AND k.seq = e.seq)")
 
     for group in query.groups:
@@ -259,7 +280,8 @@ def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
     # its order, no sort
     columns = ", ".join(f"{at if c in ('recorded', 'seq') else 'e'}.{c} AS {c}"
                         for c in order if c not in ("id", "logged"))
-    distinct = "DISTINCT " if driver is not None and len(driver) > 1 else ""
+    distinct = "DISTINCT " if driver is not None and (
+        len(driver) > 1 or isinstance(driver[0], Prefix)) else ""
     select = f"SELECT {distinct}e.id AS id, e.logged AS logged, e.body AS body" + (
         f", {columns}" if columns else "")
     clause = f" WHERE {' AND '.join(where)}" if where else ""

@@ -56,7 +56,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.audit_log.entry import Entry, render, sortable
+from fhir_server.audit_log.entry import Entry, render, sortable, token_key
 from fhir_server.audit_log.retention import Expired, expire
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
@@ -316,8 +316,7 @@ class ClinicalAudit:
             keys += (f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}")
         if note.request_id:
             entities.append(_request_entity(note.request_id))
-            keys += (f"entity:identifier={note.request_id}",
-                     f"entity:identifier={REQUEST_SYSTEM}|{note.request_id}")
+            keys.append(token_key("entity:identifier", note.request_id, REQUEST_SYSTEM))
         agents, agent_keys = batch.agents(note.principal, note.address, note.user_agent)
         kind, subtype, kind_keys = batch.kinds(note.interaction)
         outcome = "4" if note.refusal else "0"
@@ -326,7 +325,7 @@ class ClinicalAudit:
         if owners:
             event["meta"] = {"security": [{"system": OWNER_SYSTEM, "code": o}
                                           for o in sorted(owners)]}
-            keys += (f"_security={OWNER_SYSTEM}|{o}" for o in sorted(owners))
+            keys += (token_key("_security", o, OWNER_SYSTEM) for o in sorted(owners))
         event.update(type=kind, subtype=[subtype], action=action, recorded=note.recorded,
                      outcome=outcome, agent=agents, source=batch.source, entity=entities)
         description = note.refusal or note.description
@@ -365,8 +364,8 @@ class _Batch:
             keys: list[str] = []
             for agent in agents:
                 identifier = agent["who"]["identifier"]
-                keys += (f"agent:identifier={identifier['value']}",
-                         f"agent:identifier={identifier['system']}|{identifier['value']}")
+                keys.append(token_key("agent:identifier", identifier["value"],
+                                      identifier["system"]))
             found = self._agents[key] = (agents, keys)
         return found
 
@@ -379,8 +378,8 @@ class _Batch:
                 SUBTYPES, code, code.replace(":", " "))
             kind = coding(EVENT_TYPE, "rest", "RESTful Operation") if restful else coding(
                 DCM, "110113", "Security Alert")
-            keys = [f"{name}={value}" for name, c in (("type", kind), ("subtype", subtype))
-                    for value in (c["code"], f"{c['system']}|{c['code']}")]
+            keys = [token_key(name, c["code"], c["system"])
+                    for name, c in (("type", kind), ("subtype", subtype))]
             found = self._kinds[interaction] = (kind, subtype, keys)
         return found
 
