@@ -225,8 +225,15 @@ class Server:
                     "HEALTHPLATFORM_RATE_LIMITS": json.dumps({
                         "read": "100000000/60", "write": "100000000/60",
                         "public": "100000000/60"})}
+        if store.startswith("mongodb"):  # a database each, emptied first and dropped after
+            base, _, options = store.partition("?")
+            head, _, database = base.rpartition("/")
+            store = f"{head}/{database or 'healthplatform_bench'}_{name}" + (
+                f"?{options}" if options else "")
+            drop_mongodb(store)
         if store:
             self.env["HEALTHPLATFORM_STORE"] = store
+        self.store = store
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.tokens: dict[str, str] = {}
@@ -309,6 +316,8 @@ class Server:
             self.process.terminate()
             self.process.wait(30)
         shutil.rmtree(self.data_dir, ignore_errors=True)
+        if self.store.startswith("mongodb"):
+            drop_mongodb(self.store)
 
 
 PATHS = {"read": "/fhir/Patient", "create_patient": "/fhir/Patient",
@@ -377,8 +386,9 @@ def main() -> None:
                         help="run only this phase (repeatable)")
     parser.add_argument("--callers", action="append", choices=CALLERS,
                         help="run only this caller's phases (repeatable)")
-    parser.add_argument("--store", default="", help="store URL for both servers (default: "
-                        "SQLite in fresh data directories)")
+    parser.add_argument("--store", default="", help="mongodb://host/db?replicaSet=rs0: both "
+                        "servers on MongoDB, in databases db_on and db_off (emptied first, "
+                        "dropped after); default: SQLite in fresh data directories")
     parser.add_argument("--profile", default="", metavar="DIR",
                         help="write py-spy collapsed stacks of each phase here")
     args = parser.parse_args()
@@ -449,6 +459,13 @@ def report(runs: dict[tuple[str, str, str], list[dict[str, Any]]], args: argpars
             "rounds": args.rounds, "trivial": trivial, "results": results, "aims": aims,
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+
+
+def drop_mongodb(url: str) -> None:
+    from pymongo import MongoClient
+
+    with MongoClient(url, serverSelectionTimeoutMS=5000) as client:
+        client.drop_database(client.get_default_database().name)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,17 @@ data, for events apps report, and the queries over them.
 search and write any caller made (and every refusal), whichever door it came through
 (/fhir, bundles, /api): :class:`ClinicalAudit` notes those that touch clinical data (the
 Patient and every type of its compartment, AuditEvent itself aside) together with who,
-from where (the client's address and user agent) and when, and writes them as
-AuditEvents in batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or
-``…_BATCH`` events, in one unit of work as the platform), so a request pays for a note
-in memory, not for a write (``bench/clinical_audit.py`` measures it); what one request
-read (a patient, then the record) is one AuditEvent with several entities. A process that
-dies loses at most the last second's notes. The platform's own work (the HL7 gateway,
+from where (the client's address and user agent) and when, and appends them to the audit
+log (:mod:`fhir_server.audit_log`: its own file and writer, not the clinical store) in
+batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or ``…_BATCH`` events),
+building the log's entries itself (:meth:`ClinicalAudit.entries_of`), so a request pays
+for a note in memory, not for a write (``bench/fhir_crud.py`` measures it); what one
+request read (a patient, then the record) is one AuditEvent with several entities. A
+process that dies loses at most the last second's notes. Workflow actions the policy
+refused and its elevations are noted too. The platform's own work (the HL7 gateway,
 workers) acts as the system and is not recorded here; auth events have their own trail
-(:mod:`platform_api.audit`).
+(:mod:`platform_api.audit`). The recorder also applies the log's retention
+(``HEALTHPLATFORM_AUDIT_RETENTION_DAYS``: export, then purge).
 
 Mapping (AuditEvent element ← what happened):
 
@@ -263,51 +266,53 @@ class ClinicalAudit:
         straight into the log's entries (their keys from what the notes say, the shared
         parts of the events made once a batch): the batch's cost is paid by the server
         beside the requests it records."""
-        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
+        batch = _Batch(self.settings.service_name, self.services.fhir.compartments)
+        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], Facts]]] = {}
         for note in notes:
             key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
                 note.request_id, note.principal.user_id, note.interaction, note.refusal,
                 note.description)
             _first, resources = groups.setdefault(key, (note, {}))
             for resource in note.resources:
-                content = resource if isinstance(resource, dict) else _content(resource)
-                resources.setdefault((content.get("resourceType"), content.get("id"),
-                                      content.get("_version")), content)
+                facts = batch.facts(resource)
+                resources.setdefault((facts.type, facts.id, facts.version), facts)
         logged = now_instant()
-        batch = _Batch(self.settings.service_name)
         return [self._entry(batch, note, list(resources.values()), logged)
                 for note, resources in groups.values()]
 
-    def _entry(self, batch: _Batch, note: Note, resources: list[JSON], logged: str
+    def _entry(self, batch: _Batch, note: Note, resources: list[Facts], logged: str
                ) -> Entry:
         search = note.interaction == "search"
-        compartments = self.services.fhir.compartments
         patients: list[str] = []
         owners: set[str] = set()
         refused_write = bool(note.refusal) and bool(note.resources) and isinstance(
             note.resources[0], dict)
         for resource in resources:
-            owners |= owner_labels(resource)
+            owners |= resource.owners
             if refused_write:
                 # A refused write: it names patients the writer may not see, and the event
                 # is its own organization's to read; the resource entity says what it was.
                 continue
-            for patient_id in sorted(compartments.patients_of(resource)):
+            for patient_id in resource.patients:
                 if patient_id not in patients:
                     patients.append(patient_id)
         keys: list[str] = []
         entities: list[JSON] = []
         if search:
-            kinds = sorted({str(r.get("resourceType")) for r in resources})
+            kinds = sorted({r.type for r in resources})
             entities.append({
                 "type": SYSTEM_OBJECT, "role": QUERY_ROLE,
                 "query": base64.b64encode(",".join(kinds).encode()).decode("ascii"),
                 "description": f"{len(resources)} resources"})
         else:
             for resource in resources[:MAX_ENTITIES]:
-                entity = _resource_entity(resource)
+                reference = f"{resource.type}/{resource.id}"
+                entity: JSON = {"what": {"reference": reference}, "type": SYSTEM_OBJECT,
+                                "role": DOMAIN_RESOURCE}
+                if resource.version:
+                    entity["detail"] = [{"type": "versionId",
+                                         "valueString": str(resource.version)}]
                 entities.append(entity)
-                reference = entity["what"]["reference"]
                 keys.append(f"entity={reference}")
                 if reference.startswith("Patient/"):
                     keys.append(f"patient={reference}")
@@ -343,15 +348,44 @@ PERSON = coding(ENTITY_TYPE, "1", "Person")
 PATIENT_ROLE = coding(OBJECT_ROLE, "1", "Patient")
 
 
-class _Batch:
-    """What the events of one batch share, made once: the agents of each caller (and
-    their keys), the type and subtype of each interaction, the source."""
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What an event says of one resource it records."""
 
-    def __init__(self, service: str):
+    type: str
+    id: str
+    version: Any
+    owners: frozenset[str]
+    patients: tuple[str, ...]  # sorted
+
+
+class _Batch:
+    """What the events of one batch share, made once: the facts of each resource version
+    (read often within a second: a patient's record by the ward), the agents of each
+    caller (and their keys), the type and subtype of each interaction, the source."""
+
+    def __init__(self, service: str, compartments: Any):
         self.service = service
+        self.compartments = compartments
         self.source = _source(service)
         self._agents: dict[tuple[Any, ...], tuple[list[JSON], list[str]]] = {}
         self._kinds: dict[str, tuple[JSON, JSON, list[str]]] = {}
+        self._facts: dict[tuple[str, str, int], Facts] = {}
+
+    def facts(self, resource: Any) -> Facts:
+        if isinstance(resource, dict):  # a refused write: as it was sent
+            return self._facts_of(resource)
+        key = (resource.resource_type, resource.id, resource.version)
+        found = self._facts.get(key)
+        if found is None:
+            found = self._facts[key] = self._facts_of(_content(resource))
+        return found
+
+    def _facts_of(self, content: JSON) -> Facts:
+        version = content.get("_version") or (content.get("meta") or {}).get("versionId")
+        return Facts(str(content.get("resourceType")), str(content.get("id")), version,
+                     owner_labels(content), tuple(sorted(self.compartments.patients_of(
+                         content))))
 
     def agents(self, principal: Principal, address: str | None, user_agent: str | None
                ) -> tuple[list[JSON], list[str]]:
