@@ -14,11 +14,15 @@ taken straight from the event's elements (no FHIRPath, no index extraction):
   ``agent=T/id``          ``agent.who.reference``
   ``agent:identifier=``   ``agent.who.identifier`` as ``value|system``
   ``entity=T/id``         ``entity.what.reference``
-  ``entity:identifier=``  ``entity.what.identifier`` (the request id), ``value|system``
+  ``entity:identifier=``  ``entity.what.identifier`` as ``value|system``
   ``patient=Patient/id``  ``entity.what`` and ``agent.who`` that are Patients
-  ``type=`` / ``subtype=`` the codings, as ``code|system``
+  ``subtype=``            the codings, as ``code|system``
   ``_security=``          ``meta.security`` as ``code|system`` (the owners)
   =====================  =======================================================
+
+  ``type`` (one coding, a handful of values) is a column, compared as a filter. A
+  request's id (``urn:healthplatform:request-id``) is no key: unique to its event, each
+  would take an index entry on a page of its own in every batch; it stays in the event.
 
   Tokens are written code first (:func:`token_key`): one key answers both a search by
   ``system|code`` (that key) and by ``code`` alone (the keys starting ``code|``).
@@ -38,6 +42,8 @@ import orjson
 from fhir_server.search.dates import date_range
 
 JSON = dict[str, Any]
+REQUEST_SYSTEM = "urn:healthplatform:request-id"
+UNKEYED_SYSTEMS = frozenset({REQUEST_SYSTEM})  # identifiers unique to one event
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,7 @@ class Entry:
     logged: str  # when the log took it, same form
     action: str
     outcome: str
+    type: str  # code|system of AuditEvent.type ("" when none)
     keys: tuple[str, ...]
     body: bytes  # the AuditEvent's JSON text, without id and meta versioning
 
@@ -73,7 +80,8 @@ def _reference(name: str, reference: Any, keys: list[str]) -> None:
         if local.startswith("Patient/"):
             keys.append(f"patient={local}")
     identifier = reference.get("identifier")
-    if isinstance(identifier, dict) and isinstance(identifier.get("value"), str):
+    if isinstance(identifier, dict) and isinstance(identifier.get("value"), str) \
+            and identifier.get("system") not in UNKEYED_SYSTEMS:
         keys.append(token_key(f"{name}:identifier", identifier["value"],
                               identifier.get("system")))
 
@@ -86,8 +94,6 @@ def keys_of(event: JSON) -> tuple[str, ...]:
     for entity in event.get("entity") or ():
         if isinstance(entity, dict):
             _reference("entity", entity.get("what"), keys)
-    if isinstance(event.get("type"), dict):
-        keys += _tokens("type", [event["type"]])
     keys += _tokens("subtype", event.get("subtype") or ())
     meta = event.get("meta")
     keys += _tokens("_security", (meta.get("security") or ()) if isinstance(meta, dict)
@@ -114,7 +120,15 @@ def entry_of(event: JSON, event_id: str, logged: str) -> Entry:
     body.update((k, v) for k, v in event.items() if k not in ("resourceType", "id", "meta"))
     return Entry(event_id, sortable(str(event["recorded"])), logged,
                  str(event.get("action") or ""), str(event.get("outcome") or ""),
-                 keys_of(event), orjson.dumps(body))
+                 type_of(event), keys_of(event), orjson.dumps(body))
+
+
+def type_of(event: JSON) -> str:
+    """The ``type`` column: ``code|system`` of ``AuditEvent.type``."""
+    kind = event.get("type")
+    if isinstance(kind, dict) and isinstance(kind.get("code"), str):
+        return token_key("", kind["code"], kind.get("system"))[1:]
+    return ""
 
 
 _HEAD = b'{"resourceType":"AuditEvent"'

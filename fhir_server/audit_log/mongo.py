@@ -72,7 +72,8 @@ class MongoAuditLog:
         for entry in entries:
             by_month.setdefault(partition_of(entry.recorded), []).append({
                 "_id": entry.id, "recorded": entry.recorded, "logged": entry.logged,
-                "action": entry.action, "outcome": entry.outcome, "keys": list(entry.keys),
+                "action": entry.action, "outcome": entry.outcome, "type": entry.type,
+                "keys": list(entry.keys),
                 "body": entry.body})
         for name, documents in by_month.items():
             await (await self._collection(name)).insert_many(documents, ordered=False)
@@ -189,7 +190,7 @@ def _filter(query: LogQuery) -> dict[str, Any]:
         if bounds:
             parts.append({found.column: bounds})
     for column, values, negate in query.columns:
-        parts.append({column: {"$nin" if negate else "$in": list(values)}})
+        parts.append({column: {"$nin" if negate else "$in": _any(values)}})
     parts += [{"_id": {"$in": list(ids)}} for ids in query.ids]
     if query.access is not None:
         parts.append({"$or": [{"$and": [{"keys": {"$in": _any(g)}} for g in groups]}

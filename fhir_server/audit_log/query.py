@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fhir_server.audit_log.entry import token_key
+from fhir_server.audit_log.entry import UNKEYED_SYSTEMS, token_key
 from fhir_server.search.plan import (
     AccessGrant,
     Clause,
@@ -34,8 +34,8 @@ from fhir_server.store import InvalidSearch
 
 RESOURCE_TYPE = "AuditEvent"
 REFERENCE_PARAMS = ("agent", "entity", "patient")
-KEY_TOKENS = ("type", "subtype", "_security")
-COLUMN_TOKENS = ("action", "outcome")
+KEY_TOKENS = ("subtype", "_security")
+COLUMN_TOKENS = ("action", "outcome", "type")
 SEARCHED = ("_id", "_lastUpdated", "date", "action", "outcome", "type", "subtype", "agent",
             "agent:identifier", "entity", "entity:identifier", "patient", "_security")
 SORTS = {"date": "recorded", "_lastUpdated": "logged"}
@@ -136,7 +136,10 @@ def _clause(query: LogQuery, clause: Clause) -> None:
                               "for a range: date=ge...&date=lt...)")
         query.ranges.append(_range(SORTS[clause.param], clause.criteria[0], clause.param))
     elif clause.param in COLUMN_TOKENS and clause.modifier in (None, "not"):
-        values = tuple(_code(c, name) for c in clause.criteria)
+        if clause.param == "type":  # code|system, as keys are written
+            values = tuple(_column_token(c, name) for c in clause.criteria)
+        else:
+            values = tuple(_code(c, name) for c in clause.criteria)
         query.columns.append((clause.param, values, clause.negate))
     elif clause.param in KEY_TOKENS and clause.modifier in (None, "not"):
         keys = tuple(_token_key(clause.param, c, name) for c in clause.criteria)
@@ -146,6 +149,10 @@ def _clause(query: LogQuery, clause: Clause) -> None:
         if clause.modifier == "identifier":
             if clause.param == "patient":
                 raise unsupported(name, "not kept by the log")
+            if any(c.system in UNKEYED_SYSTEMS for c in clause.criteria
+                   if isinstance(c, TokenCriterion)):
+                raise unsupported(name, "request ids are not kept as keys (find the "
+                                  "request's events by its time, caller or resource)")
             keys = tuple(_token_key(f"{clause.param}:identifier", c, name)
                          for c in clause.criteria)
         else:
@@ -168,6 +175,13 @@ def _token_key(param: str, criterion: Any, name: str) -> str:
     if criterion.system is not None or criterion.no_system:
         return token_key(param, code, criterion.system)
     return Prefix(token_key(param, code, None))
+
+
+def _column_token(criterion: Any, name: str) -> str:
+    code = _code(criterion, name)
+    if criterion.system is not None or criterion.no_system:
+        return f"{code}|{criterion.system or ''}"
+    return Prefix(f"{code}|")
 
 
 def _reference_key(param: str, criterion: Any, name: str) -> str:

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS entries (
     logged TEXT NOT NULL,
     action TEXT NOT NULL,
     outcome TEXT NOT NULL,
+    type TEXT NOT NULL,
     keys TEXT NOT NULL,  -- the entry's keys (a JSON array): entry_keys is made from it
     body BLOB NOT NULL
 );
@@ -56,6 +57,7 @@ CREATE TABLE IF NOT EXISTS entry_keys (
 _ORDER = {"recorded": ("recorded", "seq"), "logged": ("logged", "seq"), "id": ("id",)}
 PURGE_CHUNK = 5000
 CACHE_MB = 64  # page cache of each connection
+PAGE_SIZE = 16384
 
 
 def log_path(store_path: str) -> str:
@@ -68,6 +70,10 @@ def log_path(store_path: str) -> str:
 
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # before the file has a page: 16 KiB pages, a quarter of the WAL frames (one write
+    # each) per entry appended that 4 KiB pages took (measured: the commit's CPU 15-20 →
+    # 5-8 µs an entry)
+    conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA temp_store=MEMORY")
@@ -186,9 +192,9 @@ def _append(conn: sqlite3.Connection, entries: list[Entry]) -> None:
     try:
         last = conn.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0]
         conn.executemany(
-            "INSERT INTO entries (id, recorded, logged, action, outcome, keys, body) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(e.id, e.recorded, e.logged, e.action, e.outcome,
+            "INSERT INTO entries (id, recorded, logged, action, outcome, type, keys, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e.id, e.recorded, e.logged, e.action, e.outcome, e.type,
               orjson.dumps(e.keys).decode(), e.body) for e in entries])
         conn.execute("INSERT OR IGNORE INTO entry_keys (key, recorded, seq) "
                      "SELECT k.value, e.recorded, e.seq FROM entries e, json_each(e.keys) k "
@@ -269,8 +275,7 @@ def _compile(query: LogQuery) -> tuple[str, list[Any], tuple[str, ...]]:
     for group in query.excluded:
         where.append("NOT " + has(group))
     for column, values, negate in query.columns:
-        where.append(f"e.{column} {'NOT ' if negate else ''}{_in(values)}")
-        args.extend(values)
+        where.append(("NOT " if negate else "") + _matches(f"e.{column}", values, args))
     for ids in query.ids:
         where.append(f"e.id {_in(ids)}")
         args.extend(ids)

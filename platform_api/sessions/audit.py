@@ -59,7 +59,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.audit_log.entry import Entry, render, sortable, token_key
+from fhir_server.audit_log.entry import Entry, render, sortable, token_key, type_of
 from fhir_server.audit_log.retention import Expired, expire
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
@@ -319,9 +319,8 @@ class ClinicalAudit:
         for patient_id in patients[:MAX_PATIENTS]:
             entities.append(_patient_entity(patient_id))
             keys += (f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}")
-        if note.request_id:
+        if note.request_id:  # in the event, not a key (fhir_server.audit_log.entry)
             entities.append(_request_entity(note.request_id))
-            keys.append(token_key("entity:identifier", note.request_id, REQUEST_SYSTEM))
         agents, agent_keys = batch.agents(note.principal, note.address, note.user_agent)
         kind, subtype, kind_keys = batch.kinds(note.interaction)
         outcome = "4" if note.refusal else "0"
@@ -337,7 +336,7 @@ class ClinicalAudit:
         if description:
             event["outcomeDesc"] = description[:1000]
         return Entry(new_id(), sortable(note.recorded), logged, action, outcome,
-                     tuple(dict.fromkeys([*keys, *agent_keys, *kind_keys])),
+                     type_of(event), tuple(dict.fromkeys([*keys, *agent_keys, *kind_keys])),
                      orjson.dumps(event))
 
 
@@ -412,8 +411,7 @@ class _Batch:
                 SUBTYPES, code, code.replace(":", " "))
             kind = coding(EVENT_TYPE, "rest", "RESTful Operation") if restful else coding(
                 DCM, "110113", "Security Alert")
-            keys = [token_key(name, c["code"], c["system"])
-                    for name, c in (("type", kind), ("subtype", subtype))]
+            keys = [token_key("subtype", subtype["code"], subtype["system"])]
             found = self._kinds[interaction] = (kind, subtype, keys)
         return found
 

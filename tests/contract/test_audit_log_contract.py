@@ -23,6 +23,7 @@ JSON = dict[str, Any]
 USER = "urn:healthplatform:user"
 OWNER = "urn:healthplatform:organization"
 REQUEST = "urn:healthplatform:request-id"
+ACCOUNT = "urn:healthplatform:user"  # an account an event is about (auth events)
 INTERACTION = "http://hl7.org/fhir/restful-interaction"
 
 
@@ -40,7 +41,8 @@ def event(recorded: str, *, user: str = "u-wanjiru", patient: str = "p-amina",
         "source": {"observer": {"display": "healthplatform clinical data"}},
         "entity": [{"what": {"reference": resource}},
                    {"what": {"reference": f"Patient/{patient}"}},
-                   {"what": {"identifier": {"system": REQUEST, "value": request}}}]}
+                   {"what": {"identifier": {"system": ACCOUNT, "value": request}}},
+                   {"what": {"identifier": {"system": REQUEST, "value": f"q-{request}"}}}]}
     if owner:
         made["meta"] = {"security": [{"system": OWNER, "code": owner}]}
     return made
@@ -108,7 +110,13 @@ async def test_found_by_patient_agent_date_action_outcome_entity_and_subtype(tra
     assert await ids(service, [("date", "gt2026-11-30"), ("action", "C")]) == [e[3]]
     assert await ids(service, [("outcome", "4")]) == [e[2]]
     assert await ids(service, [("entity", "Encounter/e-9")]) == [e[2]]
-    assert await ids(service, [("entity:identifier", f"{REQUEST}|r-3")]) == [e[3]]
+    assert await ids(service, [("entity:identifier", f"{ACCOUNT}|r-3")]) == [e[3]]
+    assert await ids(service, [("type", "rest"), ("outcome", "4")]) == [e[2]]
+    assert await ids(service, [("type", "http://terminology.hl7.org/CodeSystem/"
+                                        "audit-event-type|rest"), ("action", "C")]) == [e[3]]
+    assert await ids(service, [("type", "110114")]) == []
+    with pytest.raises(InvalidSearch, match="request ids"):
+        await ids(service, [("entity:identifier", f"{REQUEST}|q-r-3")])
     assert await ids(service, [("subtype", "update,create"), ("_sort", "-date")]) == [
         e[3], e[1]]
     assert await ids(service, [("subtype:not", "read"), ("patient", "Patient/p-amina"),
