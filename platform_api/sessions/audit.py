@@ -50,10 +50,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import orjson
 from fastapi import APIRouter, Depends
@@ -107,13 +108,15 @@ MAX_ENTITIES = 100  # resource entities of one event (a transaction may write mo
 # --- what a request leaves behind -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(NamedTuple):
+    """What a request leaves behind: a tuple (made in C; a frozen dataclass's fields are
+    set one call each, and this is on every request's path)."""
+
     principal: Principal
     interaction: str
     resources: Sequence[Any]  # StoredResource, or a dict (a refused write)
     refusal: str | None
-    recorded: str
+    recorded: float  # time.time(): formatted in the batch, not on the request's path
     address: str | None
     user_agent: str | None
     request_id: str | None
@@ -138,6 +141,22 @@ def _client() -> tuple[str | None, str | None]:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Instants:
+    """``time.time()`` values as FHIR instants to the millisecond, the date and time of
+    each second formatted once (the notes of a batch share a few seconds)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, moment: float) -> str:
+        second = int(moment)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._text}.{int((moment - second) * 1000):03d}Z"
 
 
 def _type_of(resource: Any) -> str:
@@ -176,24 +195,25 @@ class ClinicalAudit:
             return
         address, agent = _client()
         self._notes.append(Note(access.subject.principal, interaction, kept, refusal,
-                                _now(), address, agent, request_id_var.get()))
+                                time.time(), address, agent, request_id_var.get()))
         if len(self._notes) >= self.settings.clinical_audit_batch:
             self._wake.set()
 
-    # -- in the background -----------------------------------------------------------------
     def refused(self, refusal: Refusal) -> None:
         """A workflow action the policy refused (an AuditEvent with outcome 4)."""
         address, agent = _client()
         self._notes.append(Note(refusal.principal, f"workflow:{refusal.action}", (),
-                                refusal.message, _now(), address, agent,
+                                refusal.message, time.time(), address, agent,
                                 request_id_var.get()))
 
     def elevated(self, elevation: Elevation) -> None:
         """The platform acting with its own rights, for whom and why."""
         address, agent = _client()
         self._notes.append(Note(elevation.principal or PLATFORM, ELEVATION, (),
-                                None, _now(), address, agent, request_id_var.get(),
+                                None, time.time(), address, agent, request_id_var.get(),
                                 elevation.reason))
+
+    # -- in the background -----------------------------------------------------------------
 
     def start(self) -> None:
         """Record (unless ``clinical_audit`` is off) and apply the log's retention."""
@@ -330,12 +350,13 @@ class ClinicalAudit:
             event["meta"] = {"security": [{"system": OWNER_SYSTEM, "code": o}
                                           for o in sorted(owners)]}
             keys += (token_key("_security", o, OWNER_SYSTEM) for o in sorted(owners))
-        event.update(type=kind, subtype=[subtype], action=action, recorded=note.recorded,
+        recorded = batch.instant(note.recorded)
+        event.update(type=kind, subtype=[subtype], action=action, recorded=recorded,
                      outcome=outcome, agent=agents, source=batch.source, entity=entities)
         description = note.refusal or note.description
         if description:
             event["outcomeDesc"] = description[:1000]
-        return Entry(new_id(), sortable(note.recorded), logged, action, outcome,
+        return Entry(new_id(), sortable(recorded), logged, action, outcome,
                      type_of(event), tuple(dict.fromkeys([*keys, *agent_keys, *kind_keys])),
                      orjson.dumps(event))
 
@@ -367,6 +388,7 @@ class _Batch:
         self.service = service
         self.compartments = compartments
         self.source = _source(service)
+        self.instant = _Instants()
         self._agents: dict[tuple[Any, ...], tuple[list[JSON], list[str]]] = {}
         self._kinds: dict[str, tuple[JSON, JSON, list[str]]] = {}
         self._facts: dict[tuple[str, str, int], Facts] = {}
