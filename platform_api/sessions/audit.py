@@ -60,7 +60,7 @@ import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from fhir_server.audit_log.entry import Entry, render, sortable, token_key, type_of
+from fhir_server.audit_log.entry import Entry, render, sortable, token_key
 from fhir_server.audit_log.retention import Expired, expire
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
@@ -326,19 +326,13 @@ class ClinicalAudit:
                 "description": f"{len(resources)} resources"})
         else:
             for resource in resources[:MAX_ENTITIES]:
-                reference = f"{resource.type}/{resource.id}"
-                entity: JSON = {"what": {"reference": reference}, "type": SYSTEM_OBJECT,
-                                "role": DOMAIN_RESOURCE}
-                if resource.version:
-                    entity["detail"] = [{"type": "versionId",
-                                         "valueString": str(resource.version)}]
+                entity, entity_keys = batch.entity(resource)
                 entities.append(entity)
-                keys.append(f"entity={reference}")
-                if reference.startswith("Patient/"):
-                    keys.append(f"patient={reference}")
+                keys += entity_keys
         for patient_id in patients[:MAX_PATIENTS]:
-            entities.append(_patient_entity(patient_id))
-            keys += (f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}")
+            entity, entity_keys = batch.patient(patient_id)
+            entities.append(entity)
+            keys += entity_keys
         if note.request_id:  # in the event, not a key (fhir_server.audit_log.entry)
             entities.append(_request_entity(note.request_id))
         agents, agent_keys = batch.agents(note.principal, note.address, note.user_agent)
@@ -347,17 +341,17 @@ class ClinicalAudit:
         action = ACTIONS.get(note.interaction, "E")
         event: JSON = {"resourceType": "AuditEvent"}
         if owners:
-            event["meta"] = {"security": [{"system": OWNER_SYSTEM, "code": o}
-                                          for o in sorted(owners)]}
-            keys += (token_key("_security", o, OWNER_SYSTEM) for o in sorted(owners))
+            event["meta"], owner_keys = batch.owners(frozenset(owners))
+            keys += owner_keys
         recorded = batch.instant(note.recorded)
         event.update(type=kind, subtype=[subtype], action=action, recorded=recorded,
                      outcome=outcome, agent=agents, source=batch.source, entity=entities)
         description = note.refusal or note.description
         if description:
             event["outcomeDesc"] = description[:1000]
-        return Entry(new_id(), sortable(recorded), logged, action, outcome,
-                     type_of(event), tuple(dict.fromkeys([*keys, *agent_keys, *kind_keys])),
+        return Entry(batch.new_id(), sortable(recorded), logged, action, outcome,
+                     batch.type_of(kind), tuple(dict.fromkeys([*keys, *agent_keys,
+                                                               *kind_keys])),
                      orjson.dumps(event))
 
 
@@ -392,6 +386,50 @@ class _Batch:
         self._agents: dict[tuple[Any, ...], tuple[list[JSON], list[str]]] = {}
         self._kinds: dict[str, tuple[JSON, JSON, list[str]]] = {}
         self._facts: dict[tuple[str, str, int], Facts] = {}
+        self._entities: dict[tuple[str, str, Any], tuple[JSON, list[str]]] = {}
+        self._patients: dict[str, tuple[JSON, list[str]]] = {}
+        self._owners: dict[frozenset[str], tuple[JSON, list[str]]] = {}
+        self._id, self._count = new_id(), 0
+
+    def new_id(self) -> str:
+        """The batch's id, then a number: unique, in order, and no UUID made per event."""
+        self._count += 1
+        return f"{self._id}-{self._count:x}"
+
+    def type_of(self, kind: JSON) -> str:
+        return f"{kind['code']}|{kind['system']}"
+
+    def entity(self, resource: Facts) -> tuple[JSON, list[str]]:
+        """The entity of a resource version and its keys (shared by the batch's events:
+        they are written, never changed)."""
+        key = (resource.type, resource.id, resource.version)
+        found = self._entities.get(key)
+        if found is None:
+            reference = f"{resource.type}/{resource.id}"
+            entity: JSON = {"what": {"reference": reference}, "type": SYSTEM_OBJECT,
+                            "role": DOMAIN_RESOURCE}
+            if resource.version:
+                entity["detail"] = [{"type": "versionId", "valueString": str(resource.version)}]
+            keys = [f"entity={reference}"]
+            if resource.type == "Patient":
+                keys.append(f"patient={reference}")
+            found = self._entities[key] = (entity, keys)
+        return found
+
+    def patient(self, patient_id: str) -> tuple[JSON, list[str]]:
+        found = self._patients.get(patient_id)
+        if found is None:
+            found = self._patients[patient_id] = (_patient_entity(patient_id), [
+                f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}"])
+        return found
+
+    def owners(self, owners: frozenset[str]) -> tuple[JSON, list[str]]:
+        found = self._owners.get(owners)
+        if found is None:
+            found = self._owners[owners] = (
+                {"security": [{"system": OWNER_SYSTEM, "code": o} for o in sorted(owners)]},
+                [token_key("_security", o, OWNER_SYSTEM) for o in sorted(owners)])
+        return found
 
     def facts(self, resource: Any) -> Facts:
         if isinstance(resource, dict):  # a refused write: as it was sent
