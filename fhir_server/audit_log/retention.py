@@ -26,6 +26,7 @@ from fhir_server.bulk.request import SYSTEM as SYSTEM_LEVEL
 from fhir_server.bulk.request import ExportRequest
 from fhir_server.caller import CallerFhir
 from fhir_server.clock import now_instant
+from fhir_server.private_files import private_directory, write_private
 from fhir_server.service import FhirService
 
 log = logging.getLogger("healthplatform.audit_log")
@@ -68,6 +69,7 @@ async def expire(service: FhirService, days: float, archive: Path,
     async def checkpoint(progress: Progress) -> None:
         return None  # a pass that stops is run again whole: the files are rewritten
 
+    private_directory(archive)  # audit records name patients: the server's account only
     for stale in directory.glob("*.ndjson") if directory.exists() else ():
         stale.unlink()
     done = await Exporter(CallerFhir(service, SYSTEM), request, directory, Progress(),
@@ -80,8 +82,8 @@ async def expire(service: FhirService, days: float, archive: Path,
                 "requiresAccessToken": False,
                 "output": [{"type": RESOURCE_TYPE, "url": path.resolve().as_uri(),
                             "count": exported}] if exported else [], "error": []}
-    (directory / "manifest.json").write_bytes(orjson.dumps(manifest,
-                                                           option=orjson.OPT_INDENT_2))
+    write_private(directory / "manifest.json", orjson.dumps(manifest,
+                                                            option=orjson.OPT_INDENT_2))
     purged = await source.log.purge(cutoff, started)
     log.info("audit log: %s entries recorded before %s exported to %s, %s purged",
              exported, cutoff, directory, purged)
