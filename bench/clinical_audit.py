@@ -12,7 +12,8 @@ clinic's doctor with a platform login token. Measures:
 - ``search_off_us`` / ``search_on_us``: the same for a search of the patient's
   Observations (20 results), one AuditEvent per search;
 - ``flush_events_per_s`` and ``flush_us_per_event``: writing the noted AuditEvents (one
-  unit of work per batch of ``--batch``), the work the recorder does off the request path;
+  append to the audit log per batch of ``--batch``; wall time, the log's writer thread
+  included), the work the recorder does off the request path;
 - ``amortized_read_overhead_pct``: the read overhead plus the flush cost of its event, as
   a share of a read: the whole cost of auditing a read, wherever it is paid.
 

@@ -472,6 +472,7 @@ class FhirUnit:
         offload = self.service.offloads(resource)
         await self.service.validate(resource, expected_type, offload=offload)
         resource_type, resource_id = resource["resourceType"], resource.get("id")
+        self.service.check_rewritable(resource_type, "update")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
                                f"{resource_type}.id")
@@ -507,6 +508,7 @@ class FhirUnit:
         """Stage a delete (a versioned tombstone); deleting what is already deleted
         changes nothing; an id never used is a 404."""
         self.service.check_type(resource_type)
+        self.service.check_rewritable(resource_type, "delete")
         current = await self.service.store.read_current(resource_type, resource_id)
         if current is None:
             raise ResourceNotFound(resource_type, resource_id)

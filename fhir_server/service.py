@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from fhir_server.audit_log.source import AuditLogSource, append_only
 from fhir_server.compartments import PatientCompartments
 from fhir_server.conformance.enforcement import ProfilePolicy
 from fhir_server.conformance.profiles import Conformance
@@ -98,6 +99,11 @@ class FhirService:
                                        options=validation_options)
         self.add_write_hook("StructureDefinition",
                             self.conformance.prepare_structure_definition)
+        # Types served by a source of their own instead of the store: AuditEvent by the
+        # store's audit log (fhir_server.audit_log), append-only.
+        log = getattr(store, "audit_log", None)
+        self.sources: dict[str, AuditLogSource] = {} if log is None else {
+            "AuditEvent": AuditLogSource(log)}
 
     def resource_lock(self, resource_type: str, resource_id: str) -> asyncio.Lock:
         """A lock for writes of one resource in this process (see fhir_server.caller)."""
@@ -161,7 +167,22 @@ class FhirService:
     async def read(self, resource_type: str, resource_id: str, version: int | None = None
                    ) -> StoredResource:
         self.check_type(resource_type)
+        source = self.sources.get(resource_type)
+        if source is not None:
+            return await source.read(resource_id, version)
         return await self.store.read(resource_type, resource_id, version)
+
+    def source_of(self, plan: SearchPlan) -> AuditLogSource | None:
+        """The source answering ``plan`` instead of the store: a search of one type that
+        has one."""
+        if len(plan.resource_types) != 1 or plan.all_types:
+            return None
+        return self.sources.get(plan.resource_types[0])
+
+    def check_rewritable(self, resource_type: str, interaction: str) -> None:
+        """405 for an update or delete of an append-only type (AuditEvent)."""
+        if resource_type in self.sources:
+            raise append_only(resource_type, interaction)
 
     async def read_json(self, resource_type: str, resource_id: str) -> dict[str, Any]:
         return orjson.loads((await self.read(resource_type, resource_id)).body)  # type: ignore[no-any-return]
@@ -212,6 +233,9 @@ class FhirService:
                                ) from None
 
     async def search_page(self, plan: SearchPlan) -> SearchPage:
+        source = self.source_of(plan)
+        if source is not None:
+            return await source.search(plan)
         return await self.store.search(plan)
 
     async def search(self, resource_type: str, params: list[tuple[str, str]]
@@ -227,7 +251,7 @@ class FhirService:
         plan.count = MAX_COUNT
         found: list[dict[str, Any]] = []
         while True:
-            page = await self.store.search(plan)
+            page = await self.search_page(plan)
             found += [orjson.loads(s.body) for s in page.resources]
             if page.next is None or len(found) >= MAX_SEARCH_RESULTS:
                 return found[:MAX_SEARCH_RESULTS]
@@ -245,6 +269,9 @@ class FhirService:
     async def match_plan(self, plan: SearchPlan, limit: int) -> list[str]:
         """``match_ids`` for a plan already parsed (a transaction parses its conditions
         once and re-checks the same plan inside the commit)."""
+        if self.source_of(plan) is not None:
+            plan.count, plan.sort = limit, []
+            return sorted(s.id for s in (await self.search_page(plan)).resources)
         return await self.store.match_ids(plan, limit)
 
     # -- the work of a write that may leave the event loop ----------------------------------
@@ -286,6 +313,10 @@ class FhirService:
         (id included), when the caller extracted them already."""
         if not validated:
             validate_resource(resource, expected_type, strict=self.strict_validation)
+        source = self.sources.get(resource["resourceType"])
+        if source is not None:  # appended to its log once the unit commits
+            return source.stage_create(uow, resource, resource_id=resource_id,
+                                       condition=condition)
         resource = dict(resource)
         resource["id"] = resource_id or new_id()
         return self._with_event(uow, uow.create(
@@ -299,6 +330,7 @@ class FhirService:
                      validated: bool = False, index: IndexRows | None = None) -> StagedWrite:
         if not validated:
             validate_resource(resource, expected_type, strict=self.strict_validation)
+        self.check_rewritable(resource["resourceType"], "update")
         resource_id = resource.get("id")
         if not isinstance(resource_id, str):
             raise FhirError.of(400, "required", "An update needs the resource id in the body",
@@ -310,6 +342,7 @@ class FhirService:
 
     def stage_delete(self, uow: UnitOfWork, resource_type: str, resource_id: str, *,
                      if_match: int | None = None) -> StagedWrite:
+        self.check_rewritable(resource_type, "delete")
         return self._with_event(uow, uow.delete(resource_type, resource_id, if_match=if_match))
 
     def _with_event(self, uow: UnitOfWork, staged: StagedWrite) -> StagedWrite:

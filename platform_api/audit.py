@@ -1,8 +1,11 @@
 """Security audit trail: auth events as FHIR AuditEvent resources.
 
 Every login (and failed login), logout, MFA step, API-key change or use, password reset
-and administrator change becomes an ``AuditEvent`` written through the FHIR service, so
-it is versioned, indexed and readable at ``/fhir/AuditEvent`` like any resource.
+and administrator change becomes an ``AuditEvent`` written through the FHIR service into
+the audit log (:mod:`fhir_server.audit_log`), readable at ``/fhir/AuditEvent`` like the
+clinical trail. One staged in a unit of work (``AuditTrail.stage``) is appended once that
+unit has committed: the change it records is stored first, and a change that fails
+leaves no record of itself.
 
 Coding (FHIR R4 AuditEvent, DICOM PS3.16 CID 400-403 and 415):
 
@@ -200,7 +203,7 @@ def audit_event(record: AuditRecord, source_name: str, now: float | None = None
 
 
 class AuditTrail:
-    """Writes audit records as AuditEvents through the FHIR service."""
+    """Writes audit records as AuditEvents through the FHIR service (to its audit log)."""
 
     def __init__(self, fhir: FhirService, source_name: str):
         self.fhir, self.source_name = fhir, source_name

@@ -309,6 +309,16 @@ class Settings(BaseSettings):
                                  "every read and write of clinical data")
     clinical_audit_flush_seconds: float = Field(default=1.0, gt=0)
     clinical_audit_batch: int = Field(default=500, gt=0)
+    # The audit log (fhir_server/audit_log): every AuditEvent, clinical and auth alike
+    audit_retention_days: float = Field(
+        default=0.0, ge=0, description="Days an AuditEvent is kept in the audit log; older "
+        "ones are exported (AuditEvent.ndjson, a bulk export) to audit_archive_dir and then "
+        "removed. 0: kept for ever")
+    audit_archive_dir: Path | None = Field(default=None, description="Where expired "
+                                           "AuditEvents are exported (default "
+                                           "<data_dir>/audit-archive)")
+    audit_retention_check_seconds: float = Field(default=3600.0, gt=0, description="How "
+                                                 "often the retention is applied")
     # Medical supply marketplace (platform_api/marketplace/)
     marketplace_feeds: dict[str, dict[str, str]] = Field(
         default_factory=dict, description='Supplier catalogue feeds by name: {"url": ..., '

@@ -41,6 +41,7 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from fhir_server.audit_log.mongo import MongoAuditLog
 from fhir_server.clock import now_instant
 from fhir_server.search.plan import AccessGrant, SearchPlan
 from fhir_server.store.includes import collect_includes
@@ -205,6 +206,7 @@ class MongoStore:
         self.transactions = False  # a replica set or a sharded cluster: set by open()
         self.sharded = False
         self._standalone_gate = asyncio.Lock()
+        self.audit_log = MongoAuditLog(self)  # AuditEvent's home (fhir_server.audit_log)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MongoStore:
@@ -224,8 +226,10 @@ class MongoStore:
                         "several resources (transaction bundles) are refused; run a "
                         "replica set (see README)", self.database_name)
         await self.ensure_collections()
+        await self.audit_log.open()
 
     async def close(self) -> None:
+        await self.audit_log.close()
         if self._client is not None:
             await self._client.close()
             self._client = self._db = None

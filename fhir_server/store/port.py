@@ -20,7 +20,7 @@ adapter compiles it against its own index structures and answers a :class:`Searc
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -263,12 +263,21 @@ class UnitOfWork(Protocol):
         stages commit with them, atomically. A callback that raises fails the unit."""
         ...
 
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """``await callback()`` once the unit has committed (not when it fails)."""
+        ...
+
     async def commit(self) -> None: ...
     async def rollback(self) -> None: ...
 
 
 class ResourceStore(Protocol):
-    """The system of record: versioned FHIR resources, documents and the outbox."""
+    """The system of record: versioned FHIR resources, documents and the outbox.
+
+    ``audit_log``: the adapter's audit log (:mod:`fhir_server.audit_log`), opened and
+    closed with the store; AuditEvent is kept there, not with the resources."""
+
+    audit_log: Any
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -49,6 +49,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from fhir_server.audit_log.sqlite import SQLiteAuditLog, log_path
 from fhir_server.search.matching import plain_token, system_matches
 from fhir_server.search.phonetic import PARAM as PHONETIC
 from fhir_server.search.phonetic import phonetic_code
@@ -297,6 +298,8 @@ class SQLiteStore:
         self._marks: list[str] = []
         self._marking: list[str] = []
         self._marker: asyncio.Task[Any] | None = None  # a reference keeps the task alive
+        # AuditEvent's home: a file of its own, written by its own writer
+        self.audit_log = SQLiteAuditLog(log_path(self.path))
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteStore:
@@ -342,8 +345,10 @@ class SQLiteStore:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self._writer_conn.execute(_BULK_VIEW)
         self._writer_conn.execute(_BULK_TRIGGER)
+        await self.audit_log.open()
 
     async def close(self) -> None:
+        await self.audit_log.close()
         if self._marks and self._writer_conn is not None:
             await self._write(self._mark_now)
         if self._writer is not None:

@@ -13,7 +13,7 @@ Documents and events are kept as the rows they become: :class:`StagedDocument` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 import orjson
@@ -83,6 +83,7 @@ class StagedUnit(StagedRows):
         super().__init__()
         self.writes: list[StagedWrite] = []
         self.callbacks: list[Callback] = []
+        self.committed_callbacks: list[Callable[[], Awaitable[None]]] = []
         self.committed = False
 
     async def __aenter__(self) -> StagedUnit:
@@ -90,7 +91,8 @@ class StagedUnit(StagedRows):
 
     async def __aexit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None and not self.committed and (
-                self.writes or self.documents or self.events or self.callbacks):
+                self.writes or self.documents or self.events or self.callbacks
+                or self.committed_callbacks):
             await self.commit()
 
     # -- staging -------------------------------------------------------------------------
@@ -121,10 +123,18 @@ class StagedUnit(StagedRows):
     def after_writes(self, callback: Callback) -> None:
         self.callbacks.append(callback)
 
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """``await callback()`` once the unit has committed (what is written elsewhere
+        only if the unit's changes are stored: the audit log's entries)."""
+        self.committed_callbacks.append(callback)
+
     # -- committing -------------------------------------------------------------------------
     async def commit(self) -> None:
-        await self.submit()
+        if self.writes or self.documents or self.events or self.callbacks:
+            await self.submit()
         self.committed = True
+        for callback in self.committed_callbacks:
+            await callback()
 
     async def submit(self) -> None:
         """Apply everything staged in one atomic step (the adapter's part)."""
@@ -135,6 +145,7 @@ class StagedUnit(StagedRows):
         self.documents.clear()
         self.events.clear()
         self.callbacks.clear()
+        self.committed_callbacks.clear()
 
 
 def run_callbacks(callbacks: Sequence[Callback], documents: Sequence[StagedDocument],

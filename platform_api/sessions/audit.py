@@ -5,14 +5,17 @@ data, for events apps report, and the queries over them.
 search and write any caller made (and every refusal), whichever door it came through
 (/fhir, bundles, /api): :class:`ClinicalAudit` notes those that touch clinical data (the
 Patient and every type of its compartment, AuditEvent itself aside) together with who,
-from where (the client's address and user agent) and when, and writes them as
-AuditEvents in batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or
-``…_BATCH`` events, in one unit of work as the platform), so a request pays for a note
-in memory, not for a write (``bench/clinical_audit.py`` measures it); what one request
-read (a patient, then the record) is one AuditEvent with several entities. A process that
-dies loses at most the last second's notes. The platform's own work (the HL7 gateway,
+from where (the client's address and user agent) and when, and appends them to the audit
+log (:mod:`fhir_server.audit_log`: its own file and writer, not the clinical store) in
+batches (every ``HEALTHPLATFORM_CLINICAL_AUDIT_FLUSH_SECONDS`` or ``…_BATCH`` events),
+building the log's entries itself (:meth:`ClinicalAudit.entries_of`), so a request pays
+for a note in memory, not for a write (``bench/fhir_crud.py`` measures it); what one
+request read (a patient, then the record) is one AuditEvent with several entities. A
+process that dies loses at most the last second's notes. Workflow actions the policy
+refused and its elevations are noted too. The platform's own work (the HL7 gateway,
 workers) acts as the system and is not recorded here; auth events have their own trail
-(:mod:`platform_api.audit`).
+(:mod:`platform_api.audit`). The recorder also applies the log's retention
+(``HEALTHPLATFORM_AUDIT_RETENTION_DAYS``: export, then purge).
 
 Mapping (AuditEvent element ← what happened):
 
@@ -47,15 +50,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import orjson
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from fhir_server.audit_log.entry import Entry, render, sortable, token_key
+from fhir_server.audit_log.retention import Expired, expire
+from fhir_server.clock import now_instant
+from fhir_server.ids import new_id
 from fhir_server.ownership import OWNER_SYSTEM, owner_labels, with_owners
 from fhir_server.store import ResourceGone, ResourceNotFound, StoredResource
 from fhir_server.validation import is_resource_type
@@ -69,6 +77,7 @@ from platform_api.audit import (
     SOURCE_TYPE,
 )
 from platform_api.auth.principal import Principal
+from platform_api.client_origin import client_origin
 from platform_api.envelope import ApiError, Envelope, created, not_found
 from platform_api.facade import ApiContext, Facade, SearchParam, api_context
 from platform_api.observability import request_id_var, request_scope_var
@@ -99,13 +108,15 @@ MAX_ENTITIES = 100  # resource entities of one event (a transaction may write mo
 # --- what a request leaves behind -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(NamedTuple):
+    """What a request leaves behind: a tuple (made in C; a frozen dataclass's fields are
+    set one call each, and this is on every request's path)."""
+
     principal: Principal
     interaction: str
     resources: Sequence[Any]  # StoredResource, or a dict (a refused write)
     refusal: str | None
-    recorded: str
+    recorded: float  # time.time(): formatted in the batch, not on the request's path
     address: str | None
     user_agent: str | None
     request_id: str | None
@@ -118,17 +129,34 @@ ELEVATION = "elevation"
 
 
 def _client() -> tuple[str | None, str | None]:
+    """Where the request came from: the client's address (behind a trusted proxy, the
+    one it forwarded: what the access log says too) and its user agent."""
     scope = request_scope_var.get()
     if scope is None:
         return None, None
-    client = scope.get("client")
     agent = next((v.decode("latin-1")[:200] for k, v in scope.get("headers") or ()
                   if k == b"user-agent"), None)
-    return (client[0] if client else None), agent
+    return client_origin(scope).address, agent
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Instants:
+    """``time.time()`` values as FHIR instants to the millisecond, the date and time of
+    each second formatted once (the notes of a batch share a few seconds)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, moment: float) -> str:
+        second = int(moment)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._text}.{int((moment - second) * 1000):03d}Z"
 
 
 def _type_of(resource: Any) -> str:
@@ -146,6 +174,7 @@ class ClinicalAudit:
         self._notes: list[Note] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
         self._types: tuple[str, frozenset[str]] | None = None
 
     def clinical_types(self) -> frozenset[str]:
@@ -166,39 +195,45 @@ class ClinicalAudit:
             return
         address, agent = _client()
         self._notes.append(Note(access.subject.principal, interaction, kept, refusal,
-                                _now(), address, agent, request_id_var.get()))
+                                time.time(), address, agent, request_id_var.get()))
         if len(self._notes) >= self.settings.clinical_audit_batch:
             self._wake.set()
 
-    # -- in the background -----------------------------------------------------------------
     def refused(self, refusal: Refusal) -> None:
         """A workflow action the policy refused (an AuditEvent with outcome 4)."""
         address, agent = _client()
         self._notes.append(Note(refusal.principal, f"workflow:{refusal.action}", (),
-                                refusal.message, _now(), address, agent,
+                                refusal.message, time.time(), address, agent,
                                 request_id_var.get()))
 
     def elevated(self, elevation: Elevation) -> None:
         """The platform acting with its own rights, for whom and why."""
         address, agent = _client()
         self._notes.append(Note(elevation.principal or PLATFORM, ELEVATION, (),
-                                None, _now(), address, agent, request_id_var.get(),
+                                None, time.time(), address, agent, request_id_var.get(),
                                 elevation.reason))
 
+    # -- in the background -----------------------------------------------------------------
+
     def start(self) -> None:
-        self.services.fhir.add_access_listener(self.note)
-        self.services.policy.add_refusal_listener(self.refused)
-        self.services.policy.add_elevation_listener(self.elevated)
-        self._task = asyncio.create_task(self._run(), name="clinical-audit")
+        """Record (unless ``clinical_audit`` is off) and apply the log's retention."""
+        if self.settings.clinical_audit:
+            self.services.fhir.add_access_listener(self.note)
+            self.services.policy.add_refusal_listener(self.refused)
+            self.services.policy.add_elevation_listener(self.elevated)
+            self._task = asyncio.create_task(self._run(), name="clinical-audit")
+        if self.settings.audit_retention_days > 0:
+            self._retention = asyncio.create_task(self._expire(), name="audit-retention")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        for task in (self._task, self._retention):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._task = self._retention = None
         await self.flush()
 
     async def _run(self) -> None:
@@ -214,80 +249,231 @@ class ClinicalAudit:
             except Exception:
                 log.exception("could not write the clinical audit events")
 
+    async def _expire(self) -> None:
+        while True:
+            try:
+                await self.expire()
+            except Exception:
+                log.exception("could not apply the audit log's retention")
+            await asyncio.sleep(self.settings.audit_retention_check_seconds)
+
+    async def expire(self, now: datetime | None = None) -> Expired | None:
+        """Export the AuditEvents past the retention to the archive, then remove them."""
+        settings = self.settings
+        archive = settings.audit_archive_dir or settings.data_dir / "audit-archive"
+        return await expire(self.services.fhir, settings.audit_retention_days, archive, now)
+
     async def flush(self) -> int:
-        """Write what was noted so far; how many AuditEvents."""
+        """Write what was noted so far to the audit log; how many AuditEvents."""
         notes, self._notes = self._notes, []
         if not notes:
             return 0
-        events = self.events_of(notes)
-        fhir = self.services.fhir
-        # One unit for the lot; one each on a store without multi-document transactions
-        # (a standalone MongoDB server).
-        together = getattr(fhir.store, "transactions", True) is not False
         try:
-            for batch in [events] if together else [[event] for event in events]:
-                async with fhir.store.unit_of_work() as uow:
-                    for event in batch:
-                        fhir.stage_create(uow, event, validated=True)
-                    await uow.commit()
+            entries = self.entries_of(notes)
+            await self.services.fhir.sources["AuditEvent"].log.append(entries)
         except Exception:
             self._notes[:0] = notes  # kept for the next pass: an audit record is not dropped
             raise
-        return len(events)
+        return len(entries)
 
     def events_of(self, notes: Sequence[Note]) -> list[JSON]:
+        """The AuditEvents of ``notes`` (as :meth:`entries_of` writes them)."""
+        return [orjson.loads(render(e.id, e.logged, e.body)) for e in self.entries_of(notes)]
+
+    def entries_of(self, notes: Sequence[Note]) -> list[Entry]:
         """One AuditEvent per request, interaction and outcome: the resources one /api
-        request read (the patient, then the record) are the entities of one event."""
-        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], JSON]]] = {}
+        request read (the patient, then the record) are the entities of one event. Built
+        straight into the log's entries (their keys from what the notes say, the shared
+        parts of the events made once a batch): the batch's cost is paid by the server
+        beside the requests it records."""
+        batch = _Batch(self.settings.service_name, self.services.fhir.compartments)
+        groups: dict[tuple[Any, ...], tuple[Note, dict[tuple[Any, ...], Facts]]] = {}
         for note in notes:
             key: tuple[Any, ...] = (id(note),) if note.request_id is None else (
                 note.request_id, note.principal.user_id, note.interaction, note.refusal,
                 note.description)
             _first, resources = groups.setdefault(key, (note, {}))
             for resource in note.resources:
-                content = resource if isinstance(resource, dict) else _content(resource)
-                resources.setdefault((content.get("resourceType"), content.get("id"),
-                                      content.get("_version")), content)
-        return [self._event(note, list(resources.values()))
+                facts = batch.facts(resource)
+                resources.setdefault((facts.type, facts.id, facts.version), facts)
+        logged = now_instant()
+        return [self._entry(batch, note, list(resources.values()), logged)
                 for note, resources in groups.values()]
 
-    def _event(self, note: Note, resources: list[JSON]) -> JSON:
+    def _entry(self, batch: _Batch, note: Note, resources: list[Facts], logged: str
+               ) -> Entry:
         search = note.interaction == "search"
-        compartments = self.services.fhir.compartments
         patients: list[str] = []
         owners: set[str] = set()
+        refused_write = bool(note.refusal) and bool(note.resources) and isinstance(
+            note.resources[0], dict)
         for resource in resources:
-            owners |= owner_labels(resource)
-            if note.refusal and isinstance(note.resources[0], dict):
+            owners |= resource.owners
+            if refused_write:
                 # A refused write: it names patients the writer may not see, and the event
                 # is its own organization's to read; the resource entity says what it was.
                 continue
-            for patient_id in sorted(compartments.patients_of(resource)):
+            for patient_id in resource.patients:
                 if patient_id not in patients:
                     patients.append(patient_id)
-        entities: list[JSON] = [] if search else [
-            _resource_entity(r) for r in resources[:MAX_ENTITIES]]
+        keys: list[str] = []
+        entities: list[JSON] = []
         if search:
-            kinds = sorted({str(r.get("resourceType")) for r in resources})
+            kinds = sorted({r.type for r in resources})
             entities.append({
-                "type": coding(ENTITY_TYPE, "2", "System Object"),
-                "role": coding(OBJECT_ROLE, "24", "Query"),
+                "type": SYSTEM_OBJECT, "role": QUERY_ROLE,
                 "query": base64.b64encode(",".join(kinds).encode()).decode("ascii"),
                 "description": f"{len(resources)} resources"})
-        entities += [_patient_entity(p) for p in patients[:MAX_PATIENTS]]
-        interaction = INTERACTIONS.get(note.interaction, note.interaction)
-        restful = note.interaction in ACTIONS
-        subtype = coding(INTERACTION, interaction, interaction) if restful else coding(
-            SUBTYPES, interaction, interaction.replace(":", " "))
-        event = audit_event(
-            note.principal, kind=coding(EVENT_TYPE, "rest", "RESTful Operation") if restful
-            else coding(DCM, "110113", "Security Alert"), subtype=subtype,
-            action=ACTIONS.get(note.interaction, "E"), recorded=note.recorded,
-            outcome="4" if note.refusal else "0",
-            description=note.refusal or note.description,
-            address=note.address, user_agent=note.user_agent, request_id=note.request_id,
-            entities=entities, service=self.settings.service_name)
-        return with_owners(event, owners) if owners else event
+        else:
+            for resource in resources[:MAX_ENTITIES]:
+                entity, entity_keys = batch.entity(resource)
+                entities.append(entity)
+                keys += entity_keys
+        for patient_id in patients[:MAX_PATIENTS]:
+            entity, entity_keys = batch.patient(patient_id)
+            entities.append(entity)
+            keys += entity_keys
+        if note.request_id:  # in the event, not a key (fhir_server.audit_log.entry)
+            entities.append(_request_entity(note.request_id))
+        agents, agent_keys = batch.agents(note.principal, note.address, note.user_agent)
+        kind, subtype, kind_keys = batch.kinds(note.interaction)
+        outcome = "4" if note.refusal else "0"
+        action = ACTIONS.get(note.interaction, "E")
+        event: JSON = {"resourceType": "AuditEvent"}
+        if owners:
+            event["meta"], owner_keys = batch.owners(frozenset(owners))
+            keys += owner_keys
+        recorded = batch.instant(note.recorded)
+        event.update(type=kind, subtype=[subtype], action=action, recorded=recorded,
+                     outcome=outcome, agent=agents, source=batch.source, entity=entities)
+        description = note.refusal or note.description
+        if description:
+            event["outcomeDesc"] = description[:1000]
+        return Entry(batch.new_id(), sortable(recorded), logged, action, outcome,
+                     batch.type_of(kind), tuple(dict.fromkeys([*keys, *agent_keys,
+                                                               *kind_keys])),
+                     orjson.dumps(event))
+
+
+SYSTEM_OBJECT = coding(ENTITY_TYPE, "2", "System Object")
+QUERY_ROLE = coding(OBJECT_ROLE, "24", "Query")
+DOMAIN_RESOURCE = coding(OBJECT_ROLE, "4", "Domain Resource")
+PERSON = coding(ENTITY_TYPE, "1", "Person")
+PATIENT_ROLE = coding(OBJECT_ROLE, "1", "Patient")
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What an event says of one resource it records."""
+
+    type: str
+    id: str
+    version: Any
+    owners: frozenset[str]
+    patients: tuple[str, ...]  # sorted
+
+
+class _Batch:
+    """What the events of one batch share, made once: the facts of each resource version
+    (read often within a second: a patient's record by the ward), the agents of each
+    caller (and their keys), the type and subtype of each interaction, the source."""
+
+    def __init__(self, service: str, compartments: Any):
+        self.service = service
+        self.compartments = compartments
+        self.source = _source(service)
+        self.instant = _Instants()
+        self._agents: dict[tuple[Any, ...], tuple[list[JSON], list[str]]] = {}
+        self._kinds: dict[str, tuple[JSON, JSON, list[str]]] = {}
+        self._facts: dict[tuple[str, str, int], Facts] = {}
+        self._entities: dict[tuple[str, str, Any], tuple[JSON, list[str]]] = {}
+        self._patients: dict[str, tuple[JSON, list[str]]] = {}
+        self._owners: dict[frozenset[str], tuple[JSON, list[str]]] = {}
+        self._id, self._count = new_id(), 0
+
+    def new_id(self) -> str:
+        """The batch's id, then a number: unique, in order, and no UUID made per event."""
+        self._count += 1
+        return f"{self._id}-{self._count:x}"
+
+    def type_of(self, kind: JSON) -> str:
+        return f"{kind['code']}|{kind['system']}"
+
+    def entity(self, resource: Facts) -> tuple[JSON, list[str]]:
+        """The entity of a resource version and its keys (shared by the batch's events:
+        they are written, never changed)."""
+        key = (resource.type, resource.id, resource.version)
+        found = self._entities.get(key)
+        if found is None:
+            reference = f"{resource.type}/{resource.id}"
+            entity: JSON = {"what": {"reference": reference}, "type": SYSTEM_OBJECT,
+                            "role": DOMAIN_RESOURCE}
+            if resource.version:
+                entity["detail"] = [{"type": "versionId", "valueString": str(resource.version)}]
+            keys = [f"entity={reference}"]
+            if resource.type == "Patient":
+                keys.append(f"patient={reference}")
+            found = self._entities[key] = (entity, keys)
+        return found
+
+    def patient(self, patient_id: str) -> tuple[JSON, list[str]]:
+        found = self._patients.get(patient_id)
+        if found is None:
+            found = self._patients[patient_id] = (_patient_entity(patient_id), [
+                f"entity=Patient/{patient_id}", f"patient=Patient/{patient_id}"])
+        return found
+
+    def owners(self, owners: frozenset[str]) -> tuple[JSON, list[str]]:
+        found = self._owners.get(owners)
+        if found is None:
+            found = self._owners[owners] = (
+                {"security": [{"system": OWNER_SYSTEM, "code": o} for o in sorted(owners)]},
+                [token_key("_security", o, OWNER_SYSTEM) for o in sorted(owners)])
+        return found
+
+    def facts(self, resource: Any) -> Facts:
+        if isinstance(resource, dict):  # a refused write: as it was sent
+            return self._facts_of(resource)
+        key = (resource.resource_type, resource.id, resource.version)
+        found = self._facts.get(key)
+        if found is None:
+            found = self._facts[key] = self._facts_of(_content(resource))
+        return found
+
+    def _facts_of(self, content: JSON) -> Facts:
+        version = content.get("_version") or (content.get("meta") or {}).get("versionId")
+        return Facts(str(content.get("resourceType")), str(content.get("id")), version,
+                     owner_labels(content), tuple(sorted(self.compartments.patients_of(
+                         content))))
+
+    def agents(self, principal: Principal, address: str | None, user_agent: str | None
+               ) -> tuple[list[JSON], list[str]]:
+        key = (principal.kind, principal.user_id, principal.email, principal.roles,
+               principal.token_id, principal.smart.client_id if principal.smart else None,
+               address, user_agent)
+        found = self._agents.get(key)
+        if found is None:
+            agents = _agents(principal, address, user_agent)
+            keys: list[str] = []
+            for agent in agents:
+                identifier = agent["who"]["identifier"]
+                keys.append(token_key("agent:identifier", identifier["value"],
+                                      identifier["system"]))
+            found = self._agents[key] = (agents, keys)
+        return found
+
+    def kinds(self, interaction: str) -> tuple[JSON, JSON, list[str]]:
+        found = self._kinds.get(interaction)
+        if found is None:
+            code = INTERACTIONS.get(interaction, interaction)
+            restful = interaction in ACTIONS
+            subtype = coding(INTERACTION, code, code) if restful else coding(
+                SUBTYPES, code, code.replace(":", " "))
+            kind = coding(EVENT_TYPE, "rest", "RESTful Operation") if restful else coding(
+                DCM, "110113", "Security Alert")
+            keys = [token_key("subtype", subtype["code"], subtype["system"])]
+            found = self._kinds[interaction] = (kind, subtype, keys)
+        return found
 
 
 def _content(stored: StoredResource) -> JSON:
@@ -300,8 +486,7 @@ def _content(stored: StoredResource) -> JSON:
 def _resource_entity(resource: JSON) -> JSON:
     entity: JSON = {"what": {"reference": f"{resource.get('resourceType')}/"
                                           f"{resource.get('id')}"},
-                    "type": coding(ENTITY_TYPE, "2", "System Object"),
-                    "role": coding(OBJECT_ROLE, "4", "Domain Resource")}
+                    "type": SYSTEM_OBJECT, "role": DOMAIN_RESOURCE}
     version = resource.get("_version") or (resource.get("meta") or {}).get("versionId")
     if version:
         entity["detail"] = [{"type": "versionId", "valueString": str(version)}]
@@ -309,9 +494,21 @@ def _resource_entity(resource: JSON) -> JSON:
 
 
 def _patient_entity(patient_id: str) -> JSON:
-    return {"what": {"reference": f"Patient/{patient_id}"},
-            "type": coding(ENTITY_TYPE, "1", "Person"),
-            "role": coding(OBJECT_ROLE, "1", "Patient")}
+    return {"what": {"reference": f"Patient/{patient_id}"}, "type": PERSON,
+            "role": PATIENT_ROLE}
+
+
+def _request_entity(request_id: str) -> JSON:
+    """The X-Request-ID of the request, to find its log lines."""
+    return {"what": {"identifier": {"system": REQUEST_SYSTEM, "value": request_id}},
+            "type": SYSTEM_OBJECT, "description": "request"}
+
+
+def _source(service: str) -> JSON:
+    return {"site": service,
+            "observer": {"identifier": {"system": SERVICE_SYSTEM, "value": "fhir"},
+                         "display": f"{service} clinical data"},
+            "type": [coding(SOURCE_TYPE, "4", "Application Server")]}
 
 
 def _agents(principal: Principal, address: str | None, user_agent: str | None) -> list[JSON]:
@@ -351,10 +548,7 @@ def audit_event(principal: Principal, *, kind: JSON, subtype: JSON, action: str,
                 user_agent: str | None, request_id: str | None, entities: list[JSON],
                 service: str, purpose: str | None = None, period_start: str | None = None
                 ) -> JSON:
-    source: JSON = {"site": service,
-                    "observer": {"identifier": {"system": SERVICE_SYSTEM, "value": "fhir"},
-                                 "display": f"{service} clinical data"},
-                    "type": [coding(SOURCE_TYPE, "4", "Application Server")]}
+    source = _source(service)
     agents = _agents(principal, address, user_agent)
     if purpose:
         agents[0]["purposeOfUse"] = [{"coding": [coding(PURPOSE, purpose)]}]
@@ -365,10 +559,8 @@ def audit_event(principal: Principal, *, kind: JSON, subtype: JSON, action: str,
         event["outcomeDesc"] = description[:1000]
     if period_start:
         event["period"] = {"start": period_start}
-    if request_id:  # the X-Request-ID of the request, to find its log lines
-        event["entity"] = [*entities, {
-            "what": {"identifier": {"system": REQUEST_SYSTEM, "value": request_id}},
-            "type": coding(ENTITY_TYPE, "2", "System Object"), "description": "request"}]
+    if request_id:
+        event["entity"] = [*entities, _request_entity(request_id)]
     return event
 
 
@@ -581,9 +773,7 @@ async def record_audit_event(body: AuditCreate, ctx: ApiContext = Depends(api_co
     return created(audit_view(orjson.loads(staged.result.body)))
 
 
-def start_audit(services: Services) -> ClinicalAudit | None:
-    if not services.settings.clinical_audit:
-        return None
+def start_audit(services: Services) -> ClinicalAudit:
     recorder = ClinicalAudit(services)
     recorder.start()
     services.extras[AUDIT] = recorder

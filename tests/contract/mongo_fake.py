@@ -134,6 +134,9 @@ class FakeCollection:
                                             if k != "key"}))
                 for m in models]
 
+    async def drop(self, *, session: Any = None) -> None:
+        self._c.drop()
+
     async def index_information(self) -> dict[str, Any]:
         return dict(self._c.index_information())
 

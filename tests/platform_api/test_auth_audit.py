@@ -119,3 +119,29 @@ async def test_mfa_changes_and_failed_codes_are_recorded(
     assert enabled["type"]["code"] == "110113" and enabled["outcomeDesc"] == "MFA enabled"
     [refused] = about(events, "110122", "4")
     assert refused["outcomeDesc"].startswith("MFA code refused")
+
+
+async def test_an_auth_event_joins_the_audit_log_only_with_the_change_it_records(
+    app: Any, client: httpx.AsyncClient, admin: dict[str, Any]
+) -> None:
+    """Staged in a unit of work, an event is appended once the unit commits: a change
+    that fails leaves no record of itself; the log, not the clinical store, keeps it."""
+    services = app.state.services
+    person = await register_and_login(client, email="baraka.mwangi@kliniki.example")
+    record = AuditRecord("password-reset", user_id=person["user"]["id"],
+                         description="reset that never happened")
+    try:
+        async with services.store.unit_of_work() as uow:
+            services.auth.audit.stage(uow, record)
+            raise RuntimeError("the reset failed before it was stored")
+    except RuntimeError:
+        pass
+    async with services.store.unit_of_work() as uow:
+        services.auth.audit.stage(uow, AuditRecord(
+            "password-reset", user_id=person["user"]["id"], description="reset done"))
+        await uow.commit()
+    mine = [e for e in await audit_trail(client, admin)
+            if e.get("outcomeDesc", "").startswith("reset")]
+    assert [e["outcomeDesc"] for e in mine] == ["reset done"]
+    plan = await services.fhir.parse(["AuditEvent"], [])
+    assert (await services.store.search(plan)).resources == []  # not a clinical resource

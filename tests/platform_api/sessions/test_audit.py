@@ -3,8 +3,12 @@ and refusals of clinical data, events apps report, and who may query them."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
+
+from fhir_server.audit_log.entry import keys_of
 from fhir_server.validation import validate_resource
 from tests.platform_api.sessions.conftest import data, refusal
 
@@ -190,3 +194,98 @@ async def test_one_api_request_is_one_event_naming_what_it_read(client, clinic, 
     created = data(await client.get(f"/api/clinical/audit/resource/Composition/{note['id']}",
                                     headers=clinic["admin"]["headers"]))
     assert [e["action"] for e in created] == ["C"]
+
+
+async def test_the_trail_is_kept_in_its_own_log_and_served_as_fhir_audit_event(
+        client, clinic, other_clinic, admin, app, settings) -> None:
+    observation_id = await observation(client, clinic)
+    read = await client.get(f"/fhir/Observation/{observation_id}",
+                            headers=clinic["nurse"]["headers"])
+    assert read.status_code == 200
+    await flushed(app)
+    services = app.state.services
+    # not a resource of the clinical store: its own log (on SQLite, its own file)
+    plan = await services.fhir.parse(["AuditEvent"], [])
+    assert (await services.store.search(plan)).resources == []
+    if settings.store_url.startswith("sqlite"):
+        assert (settings.data_dir / "healthplatform-audit.db").exists()
+    query = f"/fhir/AuditEvent?entity=Observation/{observation_id}&_sort=-date"
+    found = (await client.get(query, headers=clinic["admin"]["headers"])).json()
+    events = [e["resource"] for e in found["entry"]]
+    assert [e["action"] for e in events] == ["R", "C"]
+    for stored in events:
+        validate_resource(stored, "AuditEvent")
+    theirs = (await client.get(query, headers=other_clinic["admin"]["headers"])).json()
+    assert theirs.get("entry", []) == []
+    assert (await client.get(query, headers=clinic["doctor"]["headers"])).status_code == 403
+    one = await client.get(f"/fhir/AuditEvent/{events[0]['id']}",
+                           headers=other_clinic["admin"]["headers"])
+    assert one.status_code == 403
+    by_patient = (await client.get(
+        f"/fhir/AuditEvent?patient=Patient/{clinic['patient_id']}&action=R"
+        f"&agent:identifier=urn:healthplatform:user|{clinic['nurse']['user']['id']}",
+        headers=clinic["admin"]["headers"])).json()
+    assert [e["resource"]["id"] for e in by_patient["entry"]] == [events[0]["id"]]
+    unkept = await client.get("/fhir/AuditEvent?agent-name=nurse",
+                              headers=clinic["admin"]["headers"])
+    assert unkept.status_code == 400 and "agent-name" in unkept.text
+
+
+async def test_audit_events_are_never_changed_or_deleted(client, clinic, admin, app) -> None:
+    await observation(client, clinic)
+    await flushed(app)
+    found = (await client.get("/fhir/AuditEvent?_count=1", headers=admin["headers"])).json()
+    event = found["entry"][0]["resource"]
+    path = f"/fhir/AuditEvent/{event['id']}"
+    fhir = {**admin["headers"], "Content-Type": "application/fhir+json"}
+    changed = await client.put(path, headers=fhir, json={**event, "outcome": "4"})
+    assert changed.status_code == 405, changed.text
+    assert (await client.delete(path, headers=admin["headers"])).status_code == 405
+    again = (await client.get(path, headers=admin["headers"])).json()
+    assert again["outcome"] == event["outcome"]
+    # a client's own AuditEvent (an ATNA source) is appended like the platform's
+    posted = await client.post("/fhir/AuditEvent", headers=fhir, json={
+        k: v for k, v in event.items() if k not in ("id", "meta")})
+    assert posted.status_code == 201, posted.text
+    assert (await client.get(f"/fhir/AuditEvent/{posted.json()['id']}",
+                             headers=admin["headers"])).status_code == 200
+
+
+async def test_events_past_the_retention_are_exported_then_removed(client, clinic, app,
+                                                                   settings) -> None:
+    observation_id = await observation(client, clinic)
+    await flushed(app)
+    recorder = app.state.services.extras["sessions.clinical_audit"]
+    recorder.settings = settings.model_copy(update={"audit_retention_days": 30})
+    assert await recorder.expire() is None  # nothing is 30 days old
+    later = datetime.now(UTC) + timedelta(days=31)
+    expired = await recorder.expire(now=later)
+    assert expired is not None and expired.purged == expired.exported >= 1
+    assert expired.archive == settings.data_dir / "audit-archive" / expired.cutoff[:10]
+    archived = [orjson.loads(line) for line in
+                (expired.archive / "AuditEvent.ndjson").read_bytes().splitlines()]
+    assert f"Observation/{observation_id}" in {
+        (entity.get("what") or {}).get("reference") for e in archived for entity in e["entity"]}
+    left = data(await client.get(f"/api/clinical/audit/resource/Observation/{observation_id}",
+                                 headers=clinic["admin"]["headers"]))
+    assert left == []
+
+
+async def test_the_keys_of_each_entry_are_those_of_its_event(client, clinic, app) -> None:
+    """The recorder writes the log's keys itself (not by reading the event back): they
+    must be what the event says, or searches would miss it."""
+    key = data(await client.post("/api/developer/keys", headers=clinic["doctor"]["headers"],
+                                 json={"name": "ward-dashboard",
+                                       "scopes": ["Observation:read"]}), 201)
+    observation_id = await observation(client, clinic)
+    await client.get(f"/fhir/Observation/{observation_id}", headers={"X-API-Key": key["key"]})
+    await client.get(f"/fhir/Observation?subject=Patient/{clinic['patient_id']}",
+                     headers=clinic["nurse"]["headers"])
+    await client.get(f"/fhir/Patient/{clinic['patient_id']}",
+                     headers=clinic["receptionist"]["headers"]
+                     if "receptionist" in clinic else clinic["admin"]["headers"])
+    recorder = app.state.services.extras["sessions.clinical_audit"]
+    entries = recorder.entries_of(list(recorder._notes))
+    assert len(entries) >= 4
+    for entry in entries:
+        assert set(entry.keys) == set(keys_of(orjson.loads(entry.body))), entry.body
