@@ -44,7 +44,10 @@ async def test_the_store_files_and_their_directory_are_private_to_the_service_us
         directory = tmp_path / "clinic"
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         files = sorted(p.name for p in directory.iterdir())
-        assert files == ["healthplatform.db", "healthplatform.db-shm", "healthplatform.db-wal"]
+        # the store and its audit log (fhir_server.audit_log), each with its WAL files
+        assert files == ["healthplatform-audit.db", "healthplatform-audit.db-shm",
+                         "healthplatform-audit.db-wal", "healthplatform.db",
+                         "healthplatform.db-shm", "healthplatform.db-wal"]
         for path in directory.iterdir():
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:
