@@ -30,7 +30,7 @@ from fhir_server.search.plan import (
     SearchPlan,
     TokenCriterion,
 )
-from fhir_server.store import InvalidSearch
+from fhir_server.store.port import InvalidSearch
 
 RESOURCE_TYPE = "AuditEvent"
 REFERENCE_PARAMS = ("agent", "entity", "patient")

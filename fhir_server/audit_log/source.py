@@ -24,8 +24,14 @@ from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
 from fhir_server.outcome import FhirError
 from fhir_server.search.plan import SearchPlan
-from fhir_server.store import ResourceNotFound, SearchPage, StoredResource, UnitOfWork
-from fhir_server.store.port import Condition, StagedWrite
+from fhir_server.store.port import (
+    Condition,
+    ResourceNotFound,
+    SearchPage,
+    StagedWrite,
+    StoredResource,
+    UnitOfWork,
+)
 
 JSON = dict[str, Any]
 
