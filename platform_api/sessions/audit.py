@@ -61,6 +61,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from fhir_server.audit_log.entry import Entry, render, sortable, token_key
+from fhir_server.audit_log.migration import move_stored_events
 from fhir_server.audit_log.retention import Expired, expire
 from fhir_server.clock import now_instant
 from fhir_server.ids import new_id
@@ -175,6 +176,7 @@ class ClinicalAudit:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
+        self._migration: asyncio.Task[None] | None = None
         self._types: tuple[str, frozenset[str]] | None = None
 
     def clinical_types(self) -> frozenset[str]:
@@ -224,16 +226,23 @@ class ClinicalAudit:
             self._task = asyncio.create_task(self._run(), name="clinical-audit")
         if self.settings.audit_retention_days > 0:
             self._retention = asyncio.create_task(self._expire(), name="audit-retention")
+        self._migration = asyncio.create_task(self._move(), name="audit-log-migration")
+
+    async def _move(self) -> None:
+        try:
+            await move_stored_events(self.services.fhir)
+        except Exception:
+            log.exception("could not move the store's AuditEvents into the audit log")
 
     async def stop(self) -> None:
-        for task in (self._task, self._retention):
+        for task in (self._task, self._retention, self._migration):
             if task is not None:
                 task.cancel()
                 try:
                     await task
                 except asyncio.CancelledError:
                     pass
-        self._task = self._retention = None
+        self._task = self._retention = self._migration = None
         await self.flush()
 
     async def _run(self) -> None:

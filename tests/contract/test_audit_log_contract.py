@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from fhir_server.access import SEARCH, Grant
+from fhir_server.audit_log.migration import move_stored_events
 from fhir_server.audit_log.retention import expire
 from fhir_server.caller import CallerFhir
 from fhir_server.outcome import FhirError
@@ -208,3 +209,23 @@ async def test_a_late_entry_about_the_past_is_not_purged_unexported(store) -> No
     assert await log.oldest() == "2026-01-05T08:00:00.000000Z"
     assert await log.purge("2026-02-01T00:00:00.000000Z", "2999-01-01T00:00:00.000000Z") == 1
     assert await log.oldest() is None
+
+
+async def test_audit_events_a_store_kept_as_resources_move_into_the_log(store) -> None:
+    """A store of an earlier version kept AuditEvents among its resources: they move into
+    the log with their ids, and leave the store."""
+    service = FhirService(store)
+    old = [event("2026-10-01T08:00:00Z", request="r-old-1"),
+           event("2026-10-02T08:00:00Z", request="r-old-2")]
+    for number, resource in enumerate(old):  # written as the earlier version did
+        async with store.unit_of_work() as uow:
+            uow.create("AuditEvent", f"old-{number}", {**resource, "id": f"old-{number}"},
+                       index=service.indexer({**resource, "id": f"old-{number}"}))
+            await uow.commit()
+    assert await move_stored_events(service) == 2
+    assert sorted(await ids(service, [("date", "lt2026-10-03")])) == ["old-0", "old-1"]
+    read = orjson.loads((await service.read("AuditEvent", "old-1")).body)
+    assert read["recorded"] == "2026-10-02T08:00:00Z"
+    plan = await service.parse(["AuditEvent"], [])
+    assert (await store.search(plan)).resources == []
+    assert await move_stored_events(service) == 0  # nothing left: one empty search
