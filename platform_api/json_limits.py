@@ -95,6 +95,9 @@ def _outside_strings(raw: bytes) -> bytes:
     return b"".join(unescaped.split(b'"')[0::2])
 
 
+WEBHOOKS = ("/api/webhooks/", "/api/gtm/webhooks/")
+
+
 def _is_json(scope: Scope) -> bool:
     """A JSON body, or one without a Content-Type (FHIR takes that as FHIR JSON)."""
     for name, value in scope["headers"]:
@@ -121,7 +124,10 @@ class JsonLimitMiddleware:
                 await asyncio.to_thread(check_json_text, body, self.limits)
             else:
                 check_json_text(body, self.limits)
-            if scope["path"].startswith("/api/") and body.strip():
+            # Inbound webhooks are exempt: their handler verifies the signature first and
+            # keeps a signed body it cannot read as a dead letter (loses nothing).
+            if scope["path"].startswith("/api/") and body.strip() and \
+                    not scope["path"].startswith(WEBHOOKS):
                 _parsable(body)
         except JsonLimitExceeded as exc:
             refusal = ApiError(exc.status, exc.code, str(exc))
