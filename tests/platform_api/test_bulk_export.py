@@ -20,11 +20,18 @@ from fhir_server.bulk.exporter import Exporter, Progress
 from fhir_server.bulk.jobs import JOBS, BulkExports
 from fhir_server.bulk.request import ExportRequest
 from fhir_server.caller import CallerFhir
-from tests.conftest import make_clinic_admin, register_and_login
+from tests.conftest import make_clinic_admin, make_settings, register_and_login
 from tests.platform_api.smart.support import Clinic, make_clinic
 
 JSON = dict[str, Any]
 ASYNC = {"Prefer": "respond-async", "Accept": "application/fhir+json"}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Any:
+    """The server's public base is the test client's (SMART token URLs, manifest links
+    are never taken from the request's Host)."""
+    return make_settings(tmp_path, base_url="http://testserver")
 
 
 @pytest.fixture

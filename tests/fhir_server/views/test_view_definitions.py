@@ -144,7 +144,8 @@ async def test_validate_reports_a_views_problems_without_storing(
     checked = await client.post("/fhir/ViewDefinition/$validate", json=body, headers=admin)
     assert checked.status_code == 200
     issues = checked.json()["issue"]
-    assert ["ViewDefinition.select[0].column[0].path"] in [i.get("expression") for i in issues], issues
+    expressions = [i.get("expression") for i in issues]
+    assert ["ViewDefinition.select[0].column[0].path"] in expressions, issues
     found = await client.get("/fhir/ViewDefinition", headers=admin)
     assert found.json().get("entry", []) == []
 
